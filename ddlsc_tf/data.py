@@ -1,0 +1,86 @@
+"""Input pipelines: TFDS datasets as in-memory arrays, and tf.data batches.
+
+The paper clusters and evaluates on every image (MNIST: train + test, 70k),
+so a dataset is loaded whole, scaled to [0, 1] and kept in memory: MNIST is
+220 MB as float32. Labels travel with the batches but are used only for
+evaluation.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+# name → (TFDS builder name, split holding every image, number of classes).
+DATASETS = {
+    "mnist": ("mnist", "train+test", 10),
+}
+
+
+def num_classes(dataset):
+  return _spec(dataset)[2]
+
+
+def _spec(dataset):
+  try:
+    return DATASETS[dataset]
+  except KeyError:
+    raise ValueError(
+        f"unknown dataset {dataset!r}; expected one of {sorted(DATASETS)}."
+    ) from None
+
+
+def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None):
+  """Loads a whole dataset with TFDS.
+
+  Args:
+    dataset: a key of `DATASETS`.
+    data_dir: TFDS data directory (default: TFDS's own, ~/tensorflow_datasets).
+    manual_dir: folder holding the raw archives for offline preparation
+      (TFDS `DownloadConfig.manual_dir`); None downloads where there is a
+      network.
+    max_examples: keep only the first N images (None: all).
+
+  Returns:
+    (images [N, H, W, C] float32 in [0, 1], labels [N] int64).
+  """
+  builder_name, split, _ = _spec(dataset)
+  if max_examples is not None and max_examples < 1:
+    raise ValueError(f"max_examples must be >= 1, got {max_examples}.")
+  kwargs = {}
+  if manual_dir is not None:
+    if not os.path.isdir(manual_dir):
+      raise FileNotFoundError(
+          f"manual_dir {manual_dir!r} is not a folder; it should hold the "
+          f"{dataset} archives (see README, 'Data offline').")
+    kwargs["download_and_prepare_kwargs"] = {
+        "download_config": tfds.download.DownloadConfig(manual_dir=manual_dir)}
+  images, labels = tfds.as_numpy(tfds.load(
+      builder_name, split=split, batch_size=-1, as_supervised=True,
+      data_dir=data_dir, **kwargs))
+  if max_examples is not None:
+    images, labels = images[:max_examples], labels[:max_examples]
+  images = images.astype(np.float32) / 255.0
+  return images, labels.astype(np.int64)
+
+
+def train_dataset(images, labels, *, batch_size, seed):
+  """Shuffled full batches (the anchor weights assume |B| is fixed).
+
+  Args:
+    images: [N, H, W, C] float32.
+    labels: [N] int64, carried along for evaluation only.
+    batch_size: |B|; must not exceed N.
+    seed: shuffle seed; the order differs per epoch but is reproducible.
+
+  Returns:
+    tf.data.Dataset of (images [B, H, W, C], labels [B]).
+  """
+  n = len(images)
+  if batch_size > n:
+    raise ValueError(
+        f"batch_size {batch_size} is larger than the dataset ({n} images).")
+  ds = tf.data.Dataset.from_tensor_slices((images, labels))
+  ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+  return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

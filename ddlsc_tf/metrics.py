@@ -1,0 +1,77 @@
+"""Clustering metrics: ACC (Hungarian matching), NMI, ARI, and k-means eval.
+
+Labels are used here and only here: to report how well a clustering agrees
+with the ground truth, never to choose anything.
+"""
+
+import numpy as np
+from scipy import optimize
+from sklearn import cluster as sk_cluster
+from sklearn import metrics as sk_metrics
+
+
+def _check_labels(y_true, y_pred):
+  y_true = np.asarray(y_true)
+  y_pred = np.asarray(y_pred)
+  if y_true.ndim != 1 or y_true.shape != y_pred.shape:
+    raise ValueError(
+        f"y_true and y_pred must be 1-D of equal length, got shapes "
+        f"{y_true.shape} and {y_pred.shape}.")
+  if y_true.size == 0:
+    raise ValueError("y_true and y_pred are empty.")
+  return y_true.astype(np.int64), y_pred.astype(np.int64)
+
+
+def cluster_accuracy(y_true, y_pred):
+  """ACC: the best one-to-one mapping of clusters to classes (section 4.1).
+
+  Solved as a linear assignment problem (Hungarian algorithm). Clusters and
+  classes may differ in number; unmatched ones count as errors.
+
+  Args:
+    y_true: [N] int class labels.
+    y_pred: [N] int cluster ids.
+
+  Returns:
+    float in [0, 1].
+  """
+  y_true, y_pred = _check_labels(y_true, y_pred)
+  _, t = np.unique(y_true, return_inverse=True)
+  _, p = np.unique(y_pred, return_inverse=True)
+  counts = np.zeros((p.max() + 1, t.max() + 1), dtype=np.int64)
+  np.add.at(counts, (p, t), 1)
+  rows, cols = optimize.linear_sum_assignment(counts, maximize=True)
+  return float(counts[rows, cols].sum()) / y_true.size
+
+
+def clustering_scores(y_true, y_pred):
+  """{"acc", "nmi", "ari"} as floats in [0, 1] (ARI may be negative)."""
+  y_true, y_pred = _check_labels(y_true, y_pred)
+  return {
+      "acc": cluster_accuracy(y_true, y_pred),
+      "nmi": float(sk_metrics.normalized_mutual_info_score(y_true, y_pred)),
+      "ari": float(sk_metrics.adjusted_rand_score(y_true, y_pred)),
+  }
+
+
+def kmeans_on_sphere(z, *, num_clusters, n_init, seed):
+  """k-means on the L2-normalised latent, as the clustering phase sees it.
+
+  Args:
+    z: [N, D] float embeddings.
+    num_clusters: K.
+    n_init: k-means restarts (the best inertia is kept).
+    seed: int, k-means random state.
+
+  Returns:
+    (assignments [N] int, centroids [K, D] float on the unit sphere).
+  """
+  z = np.asarray(z, dtype=np.float64)
+  z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+  km = sk_cluster.KMeans(n_clusters=num_clusters, n_init=n_init,
+                         random_state=seed)
+  assignments = km.fit_predict(z)
+  centroids = km.cluster_centers_
+  centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True),
+                          1e-12)
+  return assignments, centroids.astype(np.float32)

@@ -1,0 +1,84 @@
+"""The fully convolutional auto-encoder of section 3.3.
+
+Encoder: blocks of conv → ReLU → batch norm → max-pool; the last block's
+output, flattened, is the latent z (d = its size). Decoder: nearest-neighbour
+up-sampling back through the encoder's spatial sizes, each followed by a
+conv → ReLU → batch norm block, and a final linear conv to the input
+channels. Both are plain functional `keras.Model`s so they save and export
+without custom code.
+"""
+
+import keras
+
+
+def _encoder_shapes(input_shape, filters, kernel_sizes, paddings):
+  """Spatial sizes after each encoder block (conv then 2x2 max-pool)."""
+  h, w = input_shape[:2]
+  sizes = []
+  for kernel, padding in zip(kernel_sizes, paddings):
+    if padding == "valid":
+      h, w = h - kernel + 1, w - kernel + 1
+    h, w = h // 2, w // 2
+    if h < 1 or w < 1:
+      raise ValueError(
+          f"encoder with filters={filters}, kernel_sizes={kernel_sizes}, "
+          f"paddings={paddings} shrinks input {input_shape} below 1x1.")
+    sizes.append((h, w))
+  return sizes
+
+
+def latent_dim(input_shape, *, filters, kernel_sizes, paddings):
+  """Size d of the flattened latent for an input [H, W, C]."""
+  h, w = _encoder_shapes(input_shape, filters, kernel_sizes, paddings)[-1]
+  return h * w * filters[-1]
+
+
+def build_encoder(input_shape, *, filters, kernel_sizes, paddings,
+                  name="encoder"):
+  """Encoder f(x; θ_e): [B, H, W, C] → [B, d]."""
+  if not len(filters) == len(kernel_sizes) == len(paddings):
+    raise ValueError(
+        f"filters {filters}, kernel_sizes {kernel_sizes} and paddings "
+        f"{paddings} must have the same length.")
+  _encoder_shapes(input_shape, filters, kernel_sizes, paddings)
+  inputs = keras.Input(shape=tuple(input_shape), name="image")
+  h = inputs
+  for i, (f, k, p) in enumerate(zip(filters, kernel_sizes, paddings)):
+    h = keras.layers.Conv2D(f, k, padding=p, activation="relu",
+                            name=f"conv{i + 1}")(h)
+    h = keras.layers.BatchNormalization(name=f"bn{i + 1}")(h)
+    h = keras.layers.MaxPooling2D(2, name=f"pool{i + 1}")(h)
+  z = keras.layers.Flatten(name="latent")(h)
+  return keras.Model(inputs, z, name=name)
+
+
+def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
+                  decoder_filters, name="decoder"):
+  """Decoder g(z; θ_d): [B, d] → [B, H, W, C].
+
+  Up-samples (nearest neighbour) to the spatial size each encoder block had
+  before pooling, in reverse, then conv → ReLU → batch norm; a last linear
+  3x3 conv maps to the input channels at full resolution.
+  """
+  sizes = _encoder_shapes(input_shape, encoder_filters, kernel_sizes, paddings)
+  if len(decoder_filters) != len(sizes) - 1:
+    raise ValueError(
+        f"decoder_filters {decoder_filters} must have one entry fewer than "
+        f"the encoder's {len(sizes)} blocks.")
+  h_lat, w_lat = sizes[-1]
+  d = h_lat * w_lat * encoder_filters[-1]
+  targets = list(reversed(sizes[:-1])) + [tuple(input_shape[:2])]
+  inputs = keras.Input(shape=(d,), name="latent")
+  h = keras.layers.Reshape((h_lat, w_lat, encoder_filters[-1]),
+                           name="unflatten")(inputs)
+  for i, (target, f) in enumerate(zip(targets[:-1], decoder_filters)):
+    h = keras.layers.Resizing(*target, interpolation="nearest",
+                              name=f"upsample{i + 1}")(h)
+    h = keras.layers.Conv2D(f, 3, padding="same", activation="relu",
+                            name=f"conv{i + 1}")(h)
+    h = keras.layers.BatchNormalization(name=f"bn{i + 1}")(h)
+  h = keras.layers.Resizing(*targets[-1], interpolation="nearest",
+                            name=f"upsample{len(targets)}")(h)
+  outputs = keras.layers.Conv2D(input_shape[-1], 3, padding="same",
+                                name="reconstruction")(h)
+  return keras.Model(inputs, outputs, name=name)

@@ -1,0 +1,69 @@
+r"""Runs DDLSC on one dataset: `python -m experiments.run --dataset=mnist`.
+
+Every preset field can be overridden by the flag of the same name.
+"""
+
+import dataclasses
+import typing
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from ddlsc_tf import configs
+from ddlsc_tf import train
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
+flags.DEFINE_string("workdir", None, "Output folder.", required=True)
+flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+flags.DEFINE_string("manual_dir", None,
+                    "Folder with the raw dataset archives, for offline use.")
+
+
+def _define_overrides():
+  """One flag per Config field (except dataset), default None = preset's."""
+  for field in dataclasses.fields(configs.Config):
+    if field.name == "dataset":
+      continue
+    help_ = f"Override the preset's {field.name}."
+    kind = typing.get_args(field.type) or (field.type,)
+    if tuple in (getattr(k, "__origin__", k) for k in kind) or \
+        "Tuple" in str(field.type):
+      flags.DEFINE_list(field.name, None, help_ + " Comma-separated.")
+    elif int in kind:
+      flags.DEFINE_integer(field.name, None, help_)
+    elif float in kind:
+      flags.DEFINE_float(field.name, None, help_)
+    else:
+      flags.DEFINE_string(field.name, None, help_)
+
+
+_define_overrides()
+
+
+def resolve_config():
+  config = configs.get_preset(FLAGS.dataset)
+  changes = {}
+  for field in dataclasses.fields(configs.Config):
+    value = getattr(FLAGS, field.name, None)
+    if field.name == "dataset" or value is None:
+      continue
+    if isinstance(value, list):
+      current = getattr(config, field.name)
+      cast = type(current[0]) if current else str
+      value = tuple(cast(v) for v in value)
+    changes[field.name] = value
+  return config.replace(**changes)
+
+
+def main(argv):
+  del argv
+  config = resolve_config()
+  logging.info("config: %s", config)
+  train.train_and_evaluate(config, FLAGS.workdir, data_dir=FLAGS.data_dir,
+                           manual_dir=FLAGS.manual_dir)
+
+
+if __name__ == "__main__":
+  app.run(main)
