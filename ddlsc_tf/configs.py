@@ -27,6 +27,7 @@ class Config:
   anchor_fraction: float
   alpha: float
   lambda_r: float
+  anchor_selection: str = "similarity"
   # Evaluation (k-means on the normalised latent every `eval_every` epochs).
   eval_every: int = 5
   kmeans_n_init: int = 4

@@ -54,11 +54,15 @@ def knn_graph(x, *, k):
     k: number of neighbours per point, 1 <= k < B.
 
   Returns:
-    (graph, similarity): graph [B, B] bool, symmetric, False on the diagonal;
-    similarity [B, B] float, the raw cosine similarity matrix.
+    (graph, similarity, rank): graph [B, B] bool, symmetric, False on the
+    diagonal; similarity [B, B] float, the raw cosine similarity matrix;
+    rank [B, B] int32, rank[i, j] in [0, k) is j's place in i's neighbour
+    list, k where j is not among i's k nearest.
   """
   x = tf.reshape(x, [tf.shape(x)[0], -1])
   similarity = cosine_similarity_matrix(x)
+  # Exactly symmetric, so a pair's two halves always tie at the threshold.
+  similarity = 0.5 * (similarity + tf.transpose(similarity))
   batch = tf.shape(similarity)[0]
   tf.debugging.assert_less(
       k, batch, message="knn k must be smaller than the batch size")
@@ -69,34 +73,55 @@ def knn_graph(x, *, k):
   _, neighbours = tf.math.top_k(masked, k=k)
   rows = tf.repeat(tf.range(batch), k)
   indices = tf.stack([rows, tf.reshape(neighbours, [-1])], axis=1)
-  directed = tf.scatter_nd(indices, tf.ones([batch * k], tf.int32),
-                           [batch, batch]) > 0
+  # rank + 1 on the neighbours, 0 elsewhere, then shifted: non-neighbours → k.
+  places = tf.tile(tf.range(1, k + 1), [batch])
+  rank = tf.scatter_nd(indices, places, [batch, batch]) - 1
+  rank = tf.where(rank < 0, k, rank)
+  directed = rank < k
   graph = tf.logical_or(directed, tf.transpose(directed))
-  return graph, similarity
+  return graph, similarity, rank
 
 
-def anchor_mask(x, *, k, anchor_fraction):
+ANCHOR_SELECTIONS = ("similarity", "rank")
+
+
+def anchor_mask(x, *, k, anchor_fraction, selection="similarity"):
   """Anchor pairs 𝒜_B of a batch: the most similar kNN pairs (section 3.1).
 
-  Builds the kNN graph on the raw inputs and keeps the `anchor_fraction` of
-  its (unordered) pairs with the largest raw cosine similarity.
+  Builds the kNN graph on the raw inputs and keeps `anchor_fraction` of its
+  pairs, the most similar first. How "most similar" is scored:
+
+  * "similarity" (the paper's reading): the raw cosine similarity. Dense
+    classes (MNIST's ones) then take most anchors and sparse ones few.
+  * "rank": the worse of the two neighbour ranks, max(rank_i(j), rank_j(i)),
+    ties broken by raw cosine. Scale-free per point, so every class keeps
+    its share of anchors; mutual nearest neighbours come first.
 
   Args:
     x: [B, ...] float raw inputs.
     k: neighbours per point in the kNN graph.
     anchor_fraction: fraction in (0, 1] of kNN pairs kept as anchors.
+    selection: one of `ANCHOR_SELECTIONS`.
 
   Returns:
     [B, B] bool, symmetric, False on the diagonal.
   """
-  graph, similarity = knn_graph(x, k=k)
+  if selection not in ANCHOR_SELECTIONS:
+    raise ValueError(f"unknown anchor selection {selection!r}; expected one "
+                     f"of {ANCHOR_SELECTIONS}.")
+  graph, similarity, rank = knn_graph(x, k=k)
+  if selection == "similarity":
+    score = similarity  # in [-1, 1]
+  else:
+    pair_rank = tf.cast(tf.maximum(rank, tf.transpose(rank)), similarity.dtype)
+    score = 0.25 * similarity - pair_rank  # rank first, cosine breaks ties
   num_pairs = tf.reduce_sum(tf.cast(graph, tf.int32))  # ordered pairs
   keep = tf.cast(
       tf.math.ceil(anchor_fraction * tf.cast(num_pairs, tf.float32)),
       tf.int32)
   keep = tf.clip_by_value(keep, 1, tf.maximum(num_pairs, 1))
-  low = tf.constant(-2.0, similarity.dtype)  # below any cosine
-  candidates = tf.where(graph, similarity, low)
+  low = tf.reduce_min(score) - 1.0  # below every candidate
+  candidates = tf.where(graph, score, low)
   # Symmetric pairs tie at equal values, so the threshold keeps both halves.
   threshold = tf.math.top_k(tf.reshape(candidates, [-1]), k=keep).values[-1]
   return tf.logical_and(graph, candidates >= threshold)

@@ -24,6 +24,8 @@ class DDLSC(keras.Model):
     decoder_filters: decoder blocks before the output conv.
     knn_k: neighbours per point of the per-batch kNN graph.
     anchor_fraction: fraction of kNN pairs kept as anchors, in (0, 1].
+    anchor_selection: how kNN pairs are ranked for the anchor set, one of
+      `losses.ANCHOR_SELECTIONS`.
     alpha: anchor discount α of eq. 3, in [0, 1).
     lambda_r: weight λ of the reconstruction loss in eq. 6.
     phase: which train step `fit` runs; one of `PHASES`.
@@ -33,7 +35,7 @@ class DDLSC(keras.Model):
 
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
-               phase="pretrain", **kwargs):
+               anchor_selection="similarity", phase="pretrain", **kwargs):
     super().__init__(**kwargs)
     self.image_shape = tuple(int(s) for s in input_shape)
     self.encoder_filters = tuple(encoder_filters)
@@ -42,6 +44,7 @@ class DDLSC(keras.Model):
     self.decoder_filters = tuple(decoder_filters)
     self.knn_k = int(knn_k)
     self.anchor_fraction = float(anchor_fraction)
+    self.anchor_selection = anchor_selection
     self.alpha = float(alpha)
     self.lambda_r = float(lambda_r)
     self.phase = phase
@@ -93,7 +96,8 @@ class DDLSC(keras.Model):
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
     anchors = losses.anchor_mask(x, k=self.knn_k,
-                                 anchor_fraction=self.anchor_fraction)
+                                 anchor_fraction=self.anchor_fraction,
+                                 selection=self.anchor_selection)
     with tf.GradientTape() as tape:
       z, x_hat = self(x, training=True)
       total, l_d, l_r = losses.pretrain_loss(
@@ -116,6 +120,7 @@ class DDLSC(keras.Model):
         decoder_filters=self.decoder_filters,
         knn_k=self.knn_k,
         anchor_fraction=self.anchor_fraction,
+        anchor_selection=self.anchor_selection,
         alpha=self.alpha,
         lambda_r=self.lambda_r,
         phase=self.phase,

@@ -50,6 +50,7 @@ def build_model(config, input_shape):
       decoder_filters=config.decoder_filters,
       knn_k=config.knn_k,
       anchor_fraction=config.anchor_fraction,
+      anchor_selection=config.anchor_selection,
       alpha=config.alpha,
       lambda_r=config.lambda_r)
 
@@ -135,14 +136,15 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
                      f"{list(model_lib.DDLSC.PHASES)}.")
   os.makedirs(workdir, exist_ok=True)
   write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
-  seed_everything(config.seed)
-
   images, labels = data.load_images(
       config.dataset, data_dir=data_dir, manual_dir=manual_dir,
       max_examples=config.max_examples)
   logging.info("%s: %d images of shape %s", config.dataset, len(images),
                images.shape[1:])
 
+  # Seeded after loading: preparing a TFDS dataset the first time draws
+  # from the global RNGs, which would make a first run differ from a rerun.
+  seed_everything(config.seed)
   model = build_model(config, images.shape[1:])
   model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
   params = int(model.count_params())

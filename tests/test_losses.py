@@ -1,0 +1,161 @@
+"""Loss functions against plain NumPy references, eagerly and in-graph."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ddlsc_tf import losses
+
+
+def _cosine(a):
+  a = a.reshape(len(a), -1).astype(np.float64)
+  a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+  return a @ a.T
+
+
+def _knn_graph_ref(x, k):
+  s = _cosine(x)
+  np.fill_diagonal(s, -np.inf)
+  g = np.zeros(s.shape, bool)
+  for i, row in enumerate(s):
+    g[i, np.argsort(-row)[:k]] = True
+  return g | g.T
+
+
+def _discriminative_ref(z, anchors, alpha):
+  c = _cosine(z)
+  b = len(z)
+  a = anchors.astype(bool)
+  non = ~a & ~np.eye(b, dtype=bool)
+  na = a.sum()
+  anchor_term = (1 - alpha) * c[a].sum() / na if na else 0.0
+  return np.abs(c[non]).sum() / (b * b - na) - anchor_term
+
+
+def _run(fn, graph, **kwargs):
+  if graph:
+    fn = tf.function(fn)
+  return fn(**kwargs)
+
+
+@pytest.fixture
+def rng():
+  return np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_cosine_similarity_matrix(rng, graph):
+  z = rng.normal(size=(7, 5)).astype(np.float32)
+  c = _run(lambda z: losses.cosine_similarity_matrix(z), graph,
+           z=tf.constant(z))
+  np.testing.assert_allclose(c.numpy(), _cosine(z), atol=1e-5)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_knn_graph_matches_reference(rng, graph):
+  x = rng.random((20, 4, 4, 1)).astype(np.float32)
+  g, _, rank = _run(lambda x: losses.knn_graph(x, k=3), graph,
+                    x=tf.constant(x))
+  np.testing.assert_array_equal(g.numpy(), _knn_graph_ref(x, 3))
+  s = _cosine(x)
+  np.fill_diagonal(s, -np.inf)
+  order = np.argsort(-s, axis=1)
+  rank = rank.numpy()
+  for i in range(len(x)):
+    np.testing.assert_array_equal(rank[i, order[i, :3]], [0, 1, 2])
+    assert (rank[i, order[i, 3:]] == 3).all()
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("selection", losses.ANCHOR_SELECTIONS)
+@pytest.mark.parametrize("fraction", [0.1, 0.3, 1.0])
+def test_anchor_mask_properties(rng, graph, selection, fraction):
+  x = rng.random((40, 6, 6, 1)).astype(np.float32)
+  a = _run(lambda x: losses.anchor_mask(x, k=5, anchor_fraction=fraction,
+                                        selection=selection),
+           graph, x=tf.constant(x)).numpy()
+  g = _knn_graph_ref(x, 5)
+  assert a.dtype == bool
+  np.testing.assert_array_equal(a, a.T)           # symmetric
+  assert not a.diagonal().any()                    # no self-pairs
+  assert not (a & ~g).any()                        # only kNN pairs
+  pairs = g.sum()
+  assert a.sum() == int(np.ceil(fraction * pairs)) + (
+      int(np.ceil(fraction * pairs)) % 2)  # whole symmetric pairs kept
+  if fraction == 1.0 or selection != "similarity":
+    return
+  s = _cosine(x)  # the paper's reading keeps the most similar pairs
+  assert s[a].min() >= s[g & ~a].max()
+
+
+def test_rank_selection_prefers_mutual_neighbours(rng):
+  x = rng.random((60, 5, 5, 1)).astype(np.float32)
+  g = _knn_graph_ref(x, 4)
+  mutual = np.zeros_like(g)
+  s = _cosine(x)
+  np.fill_diagonal(s, -np.inf)
+  top = np.argsort(-s, axis=1)[:, :4]
+  directed = np.zeros_like(g)
+  np.put_along_axis(directed, top, True, 1)
+  mutual = directed & directed.T
+  fraction = mutual.sum() / g.sum() * 0.999
+  a = losses.anchor_mask(tf.constant(x), k=4, anchor_fraction=fraction,
+                         selection="rank").numpy()
+  assert not (a & ~mutual).any()
+
+
+def test_unknown_anchor_selection_is_rejected():
+  with pytest.raises(ValueError, match="'global'"):
+    losses.anchor_mask(tf.zeros([4, 2]), k=1, anchor_fraction=0.5,
+                       selection="global")
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.7])
+def test_discriminative_loss_matches_reference(rng, graph, alpha):
+  z = rng.normal(size=(12, 6)).astype(np.float32)
+  a = rng.random((12, 12)) < 0.2
+  a = np.triu(a, 1)
+  a = a | a.T
+  got = _run(lambda z, a: losses.discriminative_loss(z=z, anchors=a,
+                                                     alpha=alpha),
+             graph, z=tf.constant(z), a=tf.constant(a))
+  np.testing.assert_allclose(got.numpy(), _discriminative_ref(z, a, alpha),
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_discriminative_loss_without_anchors_is_finite(rng):
+  z = rng.normal(size=(8, 3)).astype(np.float32)
+  got = losses.discriminative_loss(z=tf.constant(z),
+                                   anchors=tf.zeros([8, 8], tf.bool),
+                                   alpha=0.1)
+  np.testing.assert_allclose(got.numpy(),
+                             _discriminative_ref(z, np.zeros((8, 8)), 0.1),
+                             rtol=1e-5)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_reconstruction_and_pretrain_loss(rng, graph):
+  x = rng.random((5, 4, 4, 1)).astype(np.float32)
+  x_hat = rng.random((5, 4, 4, 1)).astype(np.float32)
+  z = rng.normal(size=(5, 3)).astype(np.float32)
+  a = np.zeros((5, 5), bool)
+  a[0, 1] = a[1, 0] = True
+  l_r_ref = ((x - x_hat) ** 2).sum() / 5
+  total, l_d, l_r = _run(
+      lambda x, x_hat, z, a: losses.pretrain_loss(
+          x=x, z=z, x_hat=x_hat, anchors=a, alpha=0.1, lambda_r=0.5),
+      graph, x=tf.constant(x), x_hat=tf.constant(x_hat), z=tf.constant(z),
+      a=tf.constant(a))
+  np.testing.assert_allclose(l_r.numpy(), l_r_ref, rtol=1e-5)
+  np.testing.assert_allclose(l_d.numpy(), _discriminative_ref(z, a, 0.1),
+                             rtol=1e-5)
+  np.testing.assert_allclose(total.numpy(), l_d.numpy() + 0.5 * l_r_ref,
+                             rtol=1e-5)
+
+
+def test_shape_errors_name_the_shapes():
+  with pytest.raises(ValueError, match="rank 2"):
+    losses.cosine_similarity_matrix(tf.zeros([2, 3, 4]))
+  with pytest.raises(ValueError, match=r"\(2, 3\).*\(2, 4\)"):
+    losses.reconstruction_loss(x=tf.zeros([2, 3]), x_hat=tf.zeros([2, 4]))

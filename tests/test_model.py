@@ -1,0 +1,69 @@
+"""The Keras model: a pre-training step lowers the loss; save/reload."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ddlsc_tf import configs
+from ddlsc_tf import losses
+from ddlsc_tf import train
+
+
+def _blobs(n=64, seed=0):
+  """Tiny 28x28 images from 4 templates plus noise."""
+  rng = np.random.default_rng(seed)
+  templates = rng.random((4, 28, 28, 1)) > 0.7
+  labels = np.arange(n) % 4
+  x = templates[labels] * 0.8 + rng.random((n, 28, 28, 1)) * 0.2
+  return x.astype(np.float32), labels
+
+
+def _model(seed=0):
+  keras.utils.set_random_seed(seed)
+  config = configs.TINY.replace(knn_k=3)
+  model = train.build_model(config, (28, 28, 1))
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  return model, config
+
+
+def _objective(model, x, config):
+  anchors = losses.anchor_mask(tf.constant(x), k=config.knn_k,
+                               anchor_fraction=config.anchor_fraction)
+  z, x_hat = model(x, training=False)
+  total, _, _ = losses.pretrain_loss(
+      x=tf.constant(x), z=z, x_hat=x_hat, anchors=anchors,
+      alpha=config.alpha, lambda_r=config.lambda_r)
+  return float(total)
+
+
+def test_parameter_count_is_about_paper_size():
+  model = train.build_model(configs.MNIST, (28, 28, 1))
+  assert model.latent_dim == 60
+  assert 2_800 <= model.count_params() <= 3_600
+
+
+def test_pretrain_steps_lower_the_loss():
+  x, labels = _blobs()
+  model, config = _model()
+  before = _objective(model, x, config)
+  model.fit(x, labels, batch_size=len(x), epochs=30, verbose=0)
+  after = _objective(model, x, config)
+  assert after < before - 0.05, (before, after)
+
+
+def test_unknown_phase_is_rejected():
+  model, _ = _model()
+  with pytest.raises(ValueError, match="'bogus'"):
+    model.phase = "bogus"
+
+
+def test_keras_save_reload_gives_identical_embeddings(tmp_path):
+  x, labels = _blobs()
+  model, _ = _model()
+  model.fit(x, labels, batch_size=32, epochs=1, verbose=0)
+  path = tmp_path / "model.keras"
+  model.save(path)
+  reloaded = keras.models.load_model(path)
+  assert reloaded.get_config() == model.get_config()
+  np.testing.assert_array_equal(reloaded.embed(x), model.embed(x))
