@@ -28,6 +28,7 @@ class Config:
   alpha: float
   lambda_r: float
   anchor_selection: str = "similarity"
+  knn_neutral: bool = False
   # Evaluation (k-means on the normalised latent every `eval_every` epochs).
   eval_every: int = 5
   kmeans_n_init: int = 4

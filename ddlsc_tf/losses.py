@@ -85,7 +85,8 @@ def knn_graph(x, *, k):
 ANCHOR_SELECTIONS = ("similarity", "rank")
 
 
-def anchor_mask(x, *, k, anchor_fraction, selection="similarity"):
+def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
+                return_graph=False):
   """Anchor pairs 𝒜_B of a batch: the most similar kNN pairs (section 3.1).
 
   Builds the kNN graph on the raw inputs and keeps `anchor_fraction` of its
@@ -102,9 +103,11 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity"):
     k: neighbours per point in the kNN graph.
     anchor_fraction: fraction in (0, 1] of kNN pairs kept as anchors.
     selection: one of `ANCHOR_SELECTIONS`.
+    return_graph: also return the kNN graph the anchors were taken from.
 
   Returns:
-    [B, B] bool, symmetric, False on the diagonal.
+    [B, B] bool, symmetric, False on the diagonal; with `return_graph`,
+    (anchors, graph).
   """
   if selection not in ANCHOR_SELECTIONS:
     raise ValueError(f"unknown anchor selection {selection!r}; expected one "
@@ -124,10 +127,11 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity"):
   candidates = tf.where(graph, score, low)
   # Symmetric pairs tie at equal values, so the threshold keeps both halves.
   threshold = tf.math.top_k(tf.reshape(candidates, [-1]), k=keep).values[-1]
-  return tf.logical_and(graph, candidates >= threshold)
+  anchors = tf.logical_and(graph, candidates >= threshold)
+  return (anchors, graph) if return_graph else anchors
 
 
-def discriminative_loss(*, z, anchors, alpha):
+def discriminative_loss(*, z, anchors, alpha, ignore=None):
   """L_d of eq. 5: weighted L1 norm of the batch cosine-similarity matrix.
 
     L_d = 1/(|B|²−|A|) Σ_{(i,j)∉A, i≠j} |C_ij| − (1−α)/|A| Σ_{(i,j)∈A} C_ij
@@ -139,6 +143,9 @@ def discriminative_loss(*, z, anchors, alpha):
     z: [B, D] float latent batch.
     anchors: [B, B] bool anchor mask (symmetric, no diagonal).
     alpha: float in [0, 1), discount on the anchor term.
+    ignore: optional [B, B] bool, non-anchor pairs left out of the first sum
+      (e.g. kNN pairs not chosen as anchors: likely same-cluster pairs that
+      should not be pushed apart). None: the paper's eq. 5.
 
   Returns:
     Scalar float.
@@ -150,7 +157,10 @@ def discriminative_loss(*, z, anchors, alpha):
   anchors = tf.cast(anchors, c.dtype)
   off_diagonal = 1.0 - tf.eye(tf.shape(c)[0], dtype=c.dtype)
   num_anchors = tf.reduce_sum(anchors)
-  non_anchor = tf.reduce_sum(tf.abs(c) * (off_diagonal - anchors))
+  pushed = off_diagonal - anchors
+  if ignore is not None:
+    pushed *= 1.0 - tf.cast(ignore, c.dtype)
+  non_anchor = tf.reduce_sum(tf.abs(c) * pushed)
   anchor = tf.reduce_sum(c * anchors)
   return (non_anchor / (batch * batch - num_anchors)
           - (1.0 - alpha) * anchor / tf.maximum(num_anchors, 1.0))
@@ -178,7 +188,7 @@ def reconstruction_loss(*, x, x_hat):
   return tf.reduce_sum(tf.square(x - x_hat)) / batch
 
 
-def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r):
+def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r, ignore=None):
   """Objective of eq. 6: L_d(Z) + λ L_r(X, X̂).
 
   Args:
@@ -188,10 +198,11 @@ def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r):
     anchors: [B, B] bool anchor mask.
     alpha: float in [0, 1).
     lambda_r: float >= 0, weight λ of the reconstruction loss.
+    ignore: optional [B, B] bool pairs left out of L_d's first sum.
 
   Returns:
     (total, l_d, l_r) scalars.
   """
-  l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha)
+  l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha, ignore=ignore)
   l_r = reconstruction_loss(x=x, x_hat=x_hat)
   return l_d + lambda_r * l_r, l_d, l_r

@@ -26,6 +26,8 @@ class DDLSC(keras.Model):
     anchor_fraction: fraction of kNN pairs kept as anchors, in (0, 1].
     anchor_selection: how kNN pairs are ranked for the anchor set, one of
       `losses.ANCHOR_SELECTIONS`.
+    knn_neutral: if True, kNN pairs that are not anchors are neither pulled
+      nor pushed (left out of L_d); if False, eq. 5 as written pushes them.
     alpha: anchor discount α of eq. 3, in [0, 1).
     lambda_r: weight λ of the reconstruction loss in eq. 6.
     phase: which train step `fit` runs; one of `PHASES`.
@@ -35,7 +37,8 @@ class DDLSC(keras.Model):
 
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
-               anchor_selection="similarity", phase="pretrain", **kwargs):
+               anchor_selection="similarity", knn_neutral=False,
+               phase="pretrain", **kwargs):
     super().__init__(**kwargs)
     self.image_shape = tuple(int(s) for s in input_shape)
     self.encoder_filters = tuple(encoder_filters)
@@ -45,6 +48,7 @@ class DDLSC(keras.Model):
     self.knn_k = int(knn_k)
     self.anchor_fraction = float(anchor_fraction)
     self.anchor_selection = anchor_selection
+    self.knn_neutral = bool(knn_neutral)
     self.alpha = float(alpha)
     self.lambda_r = float(lambda_r)
     self.phase = phase
@@ -95,14 +99,15 @@ class DDLSC(keras.Model):
 
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
-    anchors = losses.anchor_mask(x, k=self.knn_k,
-                                 anchor_fraction=self.anchor_fraction,
-                                 selection=self.anchor_selection)
+    anchors, graph = losses.anchor_mask(
+        x, k=self.knn_k, anchor_fraction=self.anchor_fraction,
+        selection=self.anchor_selection, return_graph=True)
+    ignore = graph if self.knn_neutral else None
     with tf.GradientTape() as tape:
       z, x_hat = self(x, training=True)
       total, l_d, l_r = losses.pretrain_loss(
           x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
-          lambda_r=self.lambda_r)
+          lambda_r=self.lambda_r, ignore=ignore)
     variables = self.trainable_variables
     self.optimizer.apply_gradients(
         zip(tape.gradient(total, variables), variables))
@@ -121,6 +126,7 @@ class DDLSC(keras.Model):
         knn_k=self.knn_k,
         anchor_fraction=self.anchor_fraction,
         anchor_selection=self.anchor_selection,
+        knn_neutral=self.knn_neutral,
         alpha=self.alpha,
         lambda_r=self.lambda_r,
         phase=self.phase,

@@ -31,6 +31,8 @@ def _define_overrides():
     if tuple in (getattr(k, "__origin__", k) for k in kind) or \
         "Tuple" in str(field.type):
       flags.DEFINE_list(field.name, None, help_ + " Comma-separated.")
+    elif bool in kind:
+      flags.DEFINE_bool(field.name, None, help_)
     elif int in kind:
       flags.DEFINE_integer(field.name, None, help_)
     elif float in kind:

@@ -22,11 +22,13 @@ def _knn_graph_ref(x, k):
   return g | g.T
 
 
-def _discriminative_ref(z, anchors, alpha):
+def _discriminative_ref(z, anchors, alpha, ignore=None):
   c = _cosine(z)
   b = len(z)
   a = anchors.astype(bool)
   non = ~a & ~np.eye(b, dtype=bool)
+  if ignore is not None:
+    non &= ~ignore
   na = a.sum()
   anchor_term = (1 - alpha) * c[a].sum() / na if na else 0.0
   return np.abs(c[non]).sum() / (b * b - na) - anchor_term
@@ -122,6 +124,21 @@ def test_discriminative_loss_matches_reference(rng, graph, alpha):
              graph, z=tf.constant(z), a=tf.constant(a))
   np.testing.assert_allclose(got.numpy(), _discriminative_ref(z, a, alpha),
                              rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_discriminative_loss_ignore_leaves_pairs_out(rng, graph):
+  z = rng.normal(size=(10, 4)).astype(np.float32)
+  a = np.zeros((10, 10), bool)
+  a[0, 1] = a[1, 0] = True
+  ignore = np.zeros((10, 10), bool)
+  ignore[2, 3] = ignore[3, 2] = ignore[0, 1] = ignore[1, 0] = True
+  got = _run(lambda z, a, i: losses.discriminative_loss(
+      z=z, anchors=a, alpha=0.2, ignore=i), graph,
+             z=tf.constant(z), a=tf.constant(a), i=tf.constant(ignore))
+  want = _discriminative_ref(z, a, 0.2, ignore)
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
+  assert not np.isclose(want, _discriminative_ref(z, a, 0.2))
 
 
 def test_discriminative_loss_without_anchors_is_finite(rng):
