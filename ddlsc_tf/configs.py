@@ -29,13 +29,25 @@ class Config:
   lambda_r: float
   anchor_selection: str = "similarity"
   knn_neutral: bool = False
+  # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
+  # assignments S, centroids μ, then `epochs_per_iteration` epochs on θ;
+  # it stops after `*_iterations` or when L_c moves less than the tolerance.
+  cluster1_iterations: int = 5
+  cluster2_iterations: int = 5
+  epochs_per_iteration: int = 2
+  cluster_tolerance: float = 1e-3
+  lambda_d_start: float = 1.0   # lambda_d = 1 for MNIST (section 4.2)
+  lambda_d_end: float = 1.0     # linear schedule over stage I's iterations
+  lambda_w: float = 0.3         # lambda_w = 0.3 for MNIST (section 4.2)
+  lambda_b: float = 1.0         # lambda_b = 1 for MNIST (section 4.2)
+  cluster_lambda_r: float = 1e-3  # "remains unchanged" (section 3.4)
   # Evaluation (k-means on the normalised latent every `eval_every` epochs).
   eval_every: int = 5
   kmeans_n_init: int = 4
   # Run.
   seed: int = 0
   max_examples: Optional[int] = None
-  phases: Tuple[str, ...] = ("pretrain",)
+  phases: Tuple[str, ...] = ("pretrain", "cluster1", "cluster2")
 
   def replace(self, **changes):
     return dataclasses.replace(self, **changes)
@@ -62,10 +74,11 @@ MNIST = Config(
     lambda_r=1e-3,        # lambda = 0.001 (section 4.2).
 )
 
-# A few hundred images, two epochs: for tests and CI smoke runs.
+# A few hundred images, a couple of epochs per phase: tests and CI smoke runs.
 TINY = MNIST.replace(
     dataset="mnist", batch_size=100, pretrain_epochs=2, knn_k=5,
-    eval_every=1, kmeans_n_init=1, max_examples=300)
+    eval_every=1, kmeans_n_init=1, max_examples=300,
+    cluster1_iterations=2, cluster2_iterations=2, epochs_per_iteration=1)
 
 PRESETS = {"mnist": MNIST, "tiny": TINY}
 

@@ -65,7 +65,7 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None):
   return images, labels.astype(np.int64)
 
 
-def train_dataset(images, labels, *, batch_size, seed):
+def train_dataset(images, labels, *, batch_size, seed, assignments=None):
   """Shuffled full batches (the anchor weights assume |B| is fixed).
 
   Args:
@@ -73,14 +73,18 @@ def train_dataset(images, labels, *, batch_size, seed):
     labels: [N] int64, carried along for evaluation only.
     batch_size: |B|; must not exceed N.
     seed: shuffle seed; the order differs per epoch but is reproducible.
+    assignments: optional [N] int32 cluster ids (clustering phase).
 
   Returns:
-    tf.data.Dataset of (images [B, H, W, C], labels [B]).
+    tf.data.Dataset of (images [B, H, W, C], labels [B]) or, with
+    assignments, (images, labels, assignments [B]).
   """
   n = len(images)
   if batch_size > n:
     raise ValueError(
         f"batch_size {batch_size} is larger than the dataset ({n} images).")
-  ds = tf.data.Dataset.from_tensor_slices((images, labels))
+  tensors = (images, labels) if assignments is None else (
+      images, labels, assignments)
+  ds = tf.data.Dataset.from_tensor_slices(tensors)
   ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
   return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

@@ -12,9 +12,10 @@ _EPS = 1e-12
 
 
 def _check_rank(name, tensor, rank):
-  if tensor.shape.rank is not None and tensor.shape.rank != rank:
+  shape = tf.TensorShape(tensor.shape)  # tensors and NumPy arrays alike
+  if shape.rank is not None and shape.rank != rank:
     raise ValueError(
-        f"{name} must have rank {rank}, got shape {tensor.shape}.")
+        f"{name} must have rank {rank}, got shape {tuple(shape)}.")
 
 
 def normalize_rows(z):
@@ -206,3 +207,148 @@ def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r, ignore=None):
   l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha, ignore=ignore)
   l_r = reconstruction_loss(x=x, x_hat=x_hat)
   return l_d + lambda_r * l_r, l_d, l_r
+
+
+# --- Clustering phase (section 3.2) -----------------------------------------
+
+
+def assign_clusters(z, centroids):
+  """Hard assignments S: each point to its most similar centroid (Alg. 2).
+
+  Args:
+    z: [N, D] float latent vectors.
+    centroids: [K, D] float, unit rows.
+
+  Returns:
+    [N] int32 cluster ids.
+  """
+  _check_rank("z", z, 2)
+  _check_rank("centroids", centroids, 2)
+  scores = tf.matmul(normalize_rows(z), centroids, transpose_b=True)
+  return tf.argmax(scores, axis=-1, output_type=tf.int32)
+
+
+def update_centroids(z, assignments, previous):
+  """Closed-form maximiser of eq. 7 for fixed S: μ_k ∝ Σ_{i∈C_k} z̃_i.
+
+  An empty cluster keeps its previous centroid, so nothing becomes NaN and
+  the cluster can win points back at the next assignment step.
+
+  Args:
+    z: [N, D] float latent vectors.
+    assignments: [N] int cluster ids in [0, K).
+    previous: [K, D] float, the current centroids (unit rows).
+
+  Returns:
+    [K, D] float, unit rows.
+  """
+  _check_rank("z", z, 2)
+  _check_rank("previous", previous, 2)
+  num_clusters = tf.shape(previous)[0]
+  sums = tf.math.unsorted_segment_sum(normalize_rows(z), assignments,
+                                      num_clusters)
+  norms = tf.norm(sums, axis=-1, keepdims=True)
+  return tf.where(norms > _EPS, sums / tf.maximum(norms, _EPS), previous)
+
+
+def clustering_objective(*, z, centroids, assignments):
+  """L_c of eq. 7, divided by |B|: mean cosine of points to their centroid.
+
+  Args:
+    z: [B, D] float latent batch.
+    centroids: [K, D] float, unit rows.
+    assignments: [B] int cluster ids.
+
+  Returns:
+    Scalar float in [-1, 1] (to be maximised).
+  """
+  _check_rank("z", z, 2)
+  mu = tf.gather(centroids, assignments)
+  return tf.reduce_mean(tf.reduce_sum(normalize_rows(z) * mu, axis=-1))
+
+
+def _cluster_sums(z, assignments, num_clusters):
+  """One-hot S [B, K], cluster sizes [K] and the batch's C (helpers)."""
+  c = cosine_similarity_matrix(z)
+  s = tf.one_hot(assignments, num_clusters, dtype=c.dtype)
+  return c, s, tf.reduce_sum(s, axis=0)
+
+
+def between_cluster_loss(*, z, assignments, num_clusters):
+  """L_b of eq. 9: the largest mean |cosine| between two clusters.
+
+    L_b = max_{k≠ℓ} 1/(|C_k||C_ℓ|) Σ_{i∈C_k, j∈C_ℓ} |C_ij|
+
+  Clusters absent from the batch are skipped; with fewer than two present
+  the loss is 0.
+
+  Args:
+    z: [B, D] float latent batch.
+    assignments: [B] int cluster ids.
+    num_clusters: K.
+
+  Returns:
+    Scalar float in [0, 1] (to be minimised).
+  """
+  c, s, sizes = _cluster_sums(z, assignments, num_clusters)
+  pair_sums = tf.matmul(s, tf.matmul(tf.abs(c), s), transpose_a=True)
+  pair_sizes = sizes[:, None] * sizes[None, :]
+  valid = tf.logical_and(pair_sizes > 0,
+                         tf.logical_not(tf.eye(num_clusters, dtype=tf.bool)))
+  means = tf.where(valid, pair_sums / tf.maximum(pair_sizes, 1.0),
+                   tf.zeros_like(pair_sums))
+  return tf.reduce_max(means)
+
+
+def within_cluster_loss(*, z, assignments, num_clusters):
+  """L_w of eq. 10: Σ_k mean cosine within cluster k (signed, no |·|).
+
+    L_w = Σ_k 1/|C_k|² Σ_{i,j∈C_k} C_ij = Σ_k ‖Σ_{i∈C_k} z̃_i‖² / |C_k|²
+
+  Clusters absent from the batch contribute 0.
+
+  Args:
+    z: [B, D] float latent batch.
+    assignments: [B] int cluster ids.
+    num_clusters: K.
+
+  Returns:
+    Scalar float in [0, K] (to be maximised).
+  """
+  _check_rank("z", z, 2)
+  sums = tf.math.unsorted_segment_sum(normalize_rows(z), assignments,
+                                      num_clusters)
+  sizes = tf.math.unsorted_segment_sum(tf.ones_like(z[:, 0]), assignments,
+                                       num_clusters)
+  return tf.reduce_sum(tf.reduce_sum(tf.square(sums), axis=-1)
+                       / tf.maximum(tf.square(sizes), 1.0))
+
+
+def stage1_loss(*, x, z, x_hat, centroids, assignments, anchors, alpha,
+                lambda_d, lambda_r, ignore=None):
+  """Stage I (eq. 8) as a loss to minimise: −L_c + λ_d L_d + λ_r L_r.
+
+  Returns:
+    (total, l_c, l_d, l_r) scalars.
+  """
+  l_c = clustering_objective(z=z, centroids=centroids, assignments=assignments)
+  l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha, ignore=ignore)
+  l_r = reconstruction_loss(x=x, x_hat=x_hat)
+  return -l_c + lambda_d * l_d + lambda_r * l_r, l_c, l_d, l_r
+
+
+def stage2_loss(*, x, z, x_hat, centroids, assignments, num_clusters,
+                lambda_w, lambda_b, lambda_r):
+  """Stage II (eq. 11) as a loss to minimise: −L_c − λ_w L_w + λ_b L_b + λ_r L_r.
+
+  Returns:
+    (total, l_c, l_w, l_b, l_r) scalars.
+  """
+  l_c = clustering_objective(z=z, centroids=centroids, assignments=assignments)
+  l_w = within_cluster_loss(z=z, assignments=assignments,
+                            num_clusters=num_clusters)
+  l_b = between_cluster_loss(z=z, assignments=assignments,
+                             num_clusters=num_clusters)
+  l_r = reconstruction_loss(x=x, x_hat=x_hat)
+  return (-l_c - lambda_w * l_w + lambda_b * l_b + lambda_r * l_r,
+          l_c, l_w, l_b, l_r)

@@ -18,6 +18,9 @@ PACKAGE = "ddlsc_tf"
 class DDLSC(keras.Model):
   """Discriminative auto-encoder for clustering.
 
+  Batches for `fit` are (images, labels) in pre-training and (images, labels,
+  assignments) in the clustering stages; labels are never used by a step.
+
   Args:
     input_shape: (H, W, C) of the images.
     encoder_filters, kernel_sizes, paddings: encoder blocks (see networks).
@@ -30,15 +33,21 @@ class DDLSC(keras.Model):
       nor pushed (left out of L_d); if False, eq. 5 as written pushes them.
     alpha: anchor discount α of eq. 3, in [0, 1).
     lambda_r: weight λ of the reconstruction loss in eq. 6.
+    num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
+    lambda_d: weight of L_d in stage I (eq. 8); a variable, so a schedule
+      can change it between outer iterations.
+    lambda_w, lambda_b: weights of L_w and L_b in stage II (eq. 11).
+    cluster_lambda_r: weight of L_r in both stages (default: lambda_r).
     phase: which train step `fit` runs; one of `PHASES`.
   """
 
-  PHASES = ("pretrain",)
+  PHASES = ("pretrain", "cluster1", "cluster2")
 
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                anchor_selection="similarity", knn_neutral=False,
-               phase="pretrain", **kwargs):
+               num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
+               cluster_lambda_r=None, phase="pretrain", **kwargs):
     super().__init__(**kwargs)
     self.image_shape = tuple(int(s) for s in input_shape)
     self.encoder_filters = tuple(encoder_filters)
@@ -49,6 +58,11 @@ class DDLSC(keras.Model):
     self.anchor_fraction = float(anchor_fraction)
     self.anchor_selection = anchor_selection
     self.knn_neutral = bool(knn_neutral)
+    self.num_clusters = None if num_clusters is None else int(num_clusters)
+    self.lambda_w = float(lambda_w)
+    self.lambda_b = float(lambda_b)
+    self.cluster_lambda_r = float(
+        lambda_r if cluster_lambda_r is None else cluster_lambda_r)
     self.alpha = float(alpha)
     self.lambda_r = float(lambda_r)
     self.phase = phase
@@ -60,12 +74,24 @@ class DDLSC(keras.Model):
         kernel_sizes=self.kernel_sizes, paddings=self.paddings,
         decoder_filters=self.decoder_filters)
     self.latent_dim = int(self.encoder.output.shape[-1])
+    self.lambda_d = keras.Variable(float(lambda_d), trainable=False,
+                                   name="lambda_d")
+    self.centroids = None
+    if self.num_clusters is not None:
+      if self.num_clusters < 2:
+        raise ValueError(
+            f"num_clusters must be >= 2, got {self.num_clusters}.")
+      self.centroids = self.add_weight(
+          shape=(self.num_clusters, self.latent_dim), initializer="zeros",
+          trainable=False, name="centroids")
     # Encoder and decoder are functional models, built on creation.
     self.built = True
+    terms = {"pretrain": ("loss", "l_d", "l_r"),
+             "cluster1": ("loss", "l_c", "l_d", "l_r"),
+             "cluster2": ("loss", "l_c", "l_w", "l_b", "l_r")}
     self._trackers = {
-        "pretrain": [keras.metrics.Mean(name=f"pretrain/{n}")
-                     for n in ("loss", "l_d", "l_r")],
-    }
+        phase: [keras.metrics.Mean(name=f"{phase}/{n}") for n in names]
+        for phase, names in terms.items()}
 
   @property
   def phase(self):
@@ -76,6 +102,10 @@ class DDLSC(keras.Model):
     if value not in self.PHASES:
       raise ValueError(
           f"unknown phase {value!r}; expected one of {self.PHASES}.")
+    if value != "pretrain" and self.centroids is None:
+      raise ValueError(
+          f"phase {value!r} needs centroids: build the model with "
+          f"num_clusters.")
     self._phase = value
     # The compiled train function is traced for one phase; drop it.
     self.train_function = None
@@ -97,23 +127,59 @@ class DDLSC(keras.Model):
     step = getattr(self, f"_{self.phase}_step")
     return step(data)
 
-  def _pretrain_step(self, data):
-    x = data[0] if isinstance(data, (tuple, list)) else data
+  def cluster_scores(self, images, batch_size=5000):
+    """Cosine of each image's latent to each centroid, [N, K] NumPy."""
+    z = self.embed(images, batch_size=batch_size)
+    return tf.matmul(losses.normalize_rows(z), self.centroids,
+                     transpose_b=True).numpy()
+
+  def _anchors(self, x):
+    """Anchor mask and the pairs L_d leaves out (None: eq. 5 as written)."""
     anchors, graph = losses.anchor_mask(
         x, k=self.knn_k, anchor_fraction=self.anchor_fraction,
         selection=self.anchor_selection, return_graph=True)
-    ignore = graph if self.knn_neutral else None
+    return anchors, (graph if self.knn_neutral else None)
+
+  def _apply(self, tape, total, values):
+    variables = self.trainable_variables
+    self.optimizer.apply_gradients(
+        zip(tape.gradient(total, variables), variables))
+    for tracker, value in zip(self._trackers[self.phase], values):
+      tracker.update_state(value)
+    return {m.name: m.result() for m in self.metrics}
+
+  def _pretrain_step(self, data):
+    x = data[0] if isinstance(data, (tuple, list)) else data
+    anchors, ignore = self._anchors(x)
     with tf.GradientTape() as tape:
       z, x_hat = self(x, training=True)
       total, l_d, l_r = losses.pretrain_loss(
           x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
           lambda_r=self.lambda_r, ignore=ignore)
-    variables = self.trainable_variables
-    self.optimizer.apply_gradients(
-        zip(tape.gradient(total, variables), variables))
-    for tracker, value in zip(self._trackers["pretrain"], (total, l_d, l_r)):
-      tracker.update_state(value)
-    return {m.name: m.result() for m in self.metrics}
+    return self._apply(tape, total, (total, l_d, l_r))
+
+  def _cluster1_step(self, data):
+    x, _, assignments = data
+    anchors, ignore = self._anchors(x)
+    with tf.GradientTape() as tape:
+      z, x_hat = self(x, training=True)
+      total, l_c, l_d, l_r = losses.stage1_loss(
+          x=x, z=z, x_hat=x_hat, centroids=self.centroids,
+          assignments=assignments, anchors=anchors, alpha=self.alpha,
+          lambda_d=self.lambda_d, lambda_r=self.cluster_lambda_r,
+          ignore=ignore)
+    return self._apply(tape, total, (total, l_c, l_d, l_r))
+
+  def _cluster2_step(self, data):
+    x, _, assignments = data
+    with tf.GradientTape() as tape:
+      z, x_hat = self(x, training=True)
+      total, l_c, l_w, l_b, l_r = losses.stage2_loss(
+          x=x, z=z, x_hat=x_hat, centroids=self.centroids,
+          assignments=assignments, num_clusters=self.num_clusters,
+          lambda_w=self.lambda_w, lambda_b=self.lambda_b,
+          lambda_r=self.cluster_lambda_r)
+    return self._apply(tape, total, (total, l_c, l_w, l_b, l_r))
 
   def get_config(self):
     config = super().get_config()
@@ -127,6 +193,11 @@ class DDLSC(keras.Model):
         anchor_fraction=self.anchor_fraction,
         anchor_selection=self.anchor_selection,
         knn_neutral=self.knn_neutral,
+        num_clusters=self.num_clusters,
+        lambda_d=float(self.lambda_d.numpy()),
+        lambda_w=self.lambda_w,
+        lambda_b=self.lambda_b,
+        cluster_lambda_r=self.cluster_lambda_r,
         alpha=self.alpha,
         lambda_r=self.lambda_r,
         phase=self.phase,

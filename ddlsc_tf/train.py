@@ -17,6 +17,7 @@ import tensorflow as tf
 from sklearn import cluster as sklearn_cluster
 
 from ddlsc_tf import data
+from ddlsc_tf import losses
 from ddlsc_tf import metrics
 from ddlsc_tf import model as model_lib
 
@@ -45,6 +46,11 @@ def seed_everything(seed):
 def build_model(config, input_shape):
   return model_lib.DDLSC(
       input_shape,
+      num_clusters=config.num_clusters,
+      lambda_d=config.lambda_d_start,
+      lambda_w=config.lambda_w,
+      lambda_b=config.lambda_b,
+      cluster_lambda_r=config.cluster_lambda_r,
       encoder_filters=config.encoder_filters,
       kernel_sizes=config.kernel_sizes,
       paddings=config.paddings,
@@ -118,26 +124,141 @@ def _pretrain(model, images, labels, config, workdir, verbose):
           "history": evaluation.history}
 
 
+def _phase_result(history, epochs, seconds):
+  final = history[-1]
+  return {"epochs": epochs, "seconds": round(seconds, 2),
+          "acc": final["acc"], "nmi": final["nmi"], "ari": final["ari"],
+          "history": history}
+
+
+def _init_centroids(model, images, config):
+  """Algorithm 2's initialisation: spherical k-means on the whole dataset."""
+  _, centroids = metrics.kmeans_on_sphere(
+      model.embed(images), num_clusters=config.num_clusters,
+      n_init=config.kmeans_n_init, seed=config.seed)
+  model.centroids.assign(centroids)
+
+
+def _centroids_initialised(model):
+  return bool(np.any(model.centroids.numpy()))
+
+
+def _cluster_stage(model, images, labels, config, workdir, verbose, phase):
+  """Alternating maximisation of stage I (eq. 8) or stage II (eq. 11)."""
+  iterations = (config.cluster1_iterations if phase == "cluster1"
+                else config.cluster2_iterations)
+  model.phase = phase
+  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  if not _centroids_initialised(model):
+    _init_centroids(model, images, config)
+  tensorboard = keras.callbacks.TensorBoard(
+      log_dir=os.path.join(workdir, "tb", phase), write_graph=False)
+  writer = tf.summary.create_file_writer(
+      os.path.join(workdir, "tb", phase, "eval"))
+  history, previous_l_c, epoch = [], None, 0
+  start = time.time()
+  for iteration in range(iterations + 1):
+    if phase == "cluster1":
+      fraction = iteration / max(iterations - 1, 1)
+      model.lambda_d.assign(config.lambda_d_start + min(fraction, 1.0) * (
+          config.lambda_d_end - config.lambda_d_start))
+    z = model.embed(images)
+    assignments = losses.assign_clusters(z, model.centroids).numpy()
+    model.centroids.assign(losses.update_centroids(
+        z, assignments, model.centroids))
+    l_c = float(losses.clustering_objective(
+        z=z, centroids=model.centroids, assignments=assignments))
+    scores = metrics.clustering_scores(labels, assignments)
+    seconds = time.time() - start
+    history.append({"iteration": iteration, "epoch": epoch, "l_c": l_c,
+                    "seconds": round(seconds, 2), **scores})
+    logging.info("%s iteration %d (epoch %d): L_c=%.4f acc=%.4f nmi=%.4f "
+                 "ari=%.4f (%.0f s)", phase, iteration, epoch, l_c,
+                 scores["acc"], scores["nmi"], scores["ari"], seconds)
+    with writer.as_default(step=epoch):
+      for key in ("acc", "nmi", "ari", "l_c"):
+        tf.summary.scalar(f"eval/{key}", history[-1][key])
+    converged = (previous_l_c is not None
+                 and abs(l_c - previous_l_c) < config.cluster_tolerance)
+    if iteration == iterations or converged:
+      break
+    previous_l_c = l_c
+    dataset = data.train_dataset(
+        images, labels, assignments=assignments.astype(np.int32),
+        batch_size=config.batch_size, seed=config.seed + iteration + 1)
+    model.fit(dataset, initial_epoch=epoch,
+              epochs=epoch + config.epochs_per_iteration,
+              callbacks=[tensorboard], verbose=verbose)
+    epoch += config.epochs_per_iteration
+  writer.close()
+  return _phase_result(history, epoch, time.time() - start)
+
+
+def _pretrain(model, images, labels, config, workdir, verbose):
+  model.phase = "pretrain"
+  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  evaluation = EvaluationCallback(images, labels, config,
+                                  epochs=config.pretrain_epochs,
+                                  phase="pretrain")
+  tensorboard = keras.callbacks.TensorBoard(
+      log_dir=os.path.join(workdir, "tb", "pretrain"), write_graph=False)
+  start = time.time()
+  model.fit(
+      data.train_dataset(images, labels, batch_size=config.batch_size,
+                         seed=config.seed),
+      epochs=config.pretrain_epochs,
+      callbacks=[evaluation, tensorboard], verbose=verbose)
+  return _phase_result(evaluation.history, config.pretrain_epochs,
+                       time.time() - start)
+
+
+_RUNNERS = {
+    "pretrain": _pretrain,
+    "cluster1": lambda *a: _cluster_stage(*a, phase="cluster1"),
+    "cluster2": lambda *a: _cluster_stage(*a, phase="cluster2"),
+}
+
+
+def check_phases(phases, init_from):
+  """Phases must be consecutive in PHASES order; a run that does not start
+  with pre-training must name a saved model to start from."""
+  order = list(model_lib.DDLSC.PHASES)
+  unknown = [p for p in phases if p not in order]
+  if unknown or not phases:
+    raise ValueError(f"unknown phases {unknown or phases}; expected "
+                     f"consecutive names from {order}.")
+  first = order.index(phases[0])
+  if list(phases) != order[first:first + len(phases)]:
+    raise ValueError(f"phases {list(phases)} must be consecutive, in the "
+                     f"order {order}.")
+  if first > 0 and init_from is None:
+    raise ValueError(
+        f"phases start at {phases[0]!r}: pass the model saved by an earlier "
+        f"phase (init_from=WORKDIR/{order[first - 1]}.keras).")
+
+
 def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
-                       verbose="auto"):
+                       init_from=None, verbose="auto"):
   """Runs `config.phases` and writes config.json / result.json in workdir.
+
+  After each phase the model is saved as DIR/<phase>.keras, so a later run
+  can start from it (`init_from`); the last one is also DIR/model.keras.
 
   Args:
     config: a `configs.Config`.
     workdir: output folder (created).
     data_dir: TFDS data directory.
     manual_dir: TFDS manual_dir for offline preparation.
+    init_from: a saved .keras model to start from instead of a fresh one.
     verbose: Keras `fit` verbosity.
 
   Returns:
     The result dict written to DIR/result.json.
   """
-  unknown = [p for p in config.phases if p not in model_lib.DDLSC.PHASES]
-  if unknown:
-    raise ValueError(f"unknown phases {unknown}; expected a prefix of "
-                     f"{list(model_lib.DDLSC.PHASES)}.")
+  check_phases(config.phases, init_from)
   os.makedirs(workdir, exist_ok=True)
   write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
+
   images, labels = data.load_images(
       config.dataset, data_dir=data_dir, manual_dir=manual_dir,
       max_examples=config.max_examples)
@@ -147,8 +268,11 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   # Seeded after loading: preparing a TFDS dataset the first time draws
   # from the global RNGs, which would make a first run differ from a rerun.
   seed_everything(config.seed)
-  model = build_model(config, images.shape[1:])
-  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  if init_from is not None:
+    model = keras.models.load_model(init_from)
+    logging.info("starting from %s", init_from)
+  else:
+    model = build_model(config, images.shape[1:])
   params = int(model.count_params())
   logging.info("model: latent d=%d, %d parameters (encoder %d, decoder %d)",
                model.latent_dim, params, model.encoder.count_params(),
@@ -157,16 +281,22 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   result = {"dataset": config.dataset, "seed": config.seed,
             "num_examples": int(len(images)), "params": params,
             "latent_dim": model.latent_dim, "phases": {}}
-  runners = {"pretrain": _pretrain}
   for phase in config.phases:
-    result["phases"][phase] = runners[phase](
+    result["phases"][phase] = _RUNNERS[phase](
         model, images, labels, config, workdir, verbose)
     last = result["phases"][phase]
     result["final"] = {k: last[k] for k in ("acc", "nmi", "ari")}
+    _save_model_atomic(model, os.path.join(workdir, f"{phase}.keras"))
     write_json_atomic(os.path.join(workdir, "result.json"), result)
 
-  model.save(os.path.join(workdir, "model.keras"))
+  _save_model_atomic(model, os.path.join(workdir, "model.keras"))
   return result
+
+
+def _save_model_atomic(model, path):
+  tmp = path + ".tmp.keras"
+  model.save(tmp)
+  os.replace(tmp, path)
 
 
 def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):

@@ -19,6 +19,9 @@ flags.DEFINE_string("workdir", None, "Output folder.", required=True)
 flags.DEFINE_string("data_dir", None, "TFDS data directory.")
 flags.DEFINE_string("manual_dir", None,
                     "Folder with the raw dataset archives, for offline use.")
+flags.DEFINE_string("init_from", None,
+                    "A .keras model saved by an earlier phase to start from "
+                    "(needed when --phases does not start with pretrain).")
 
 
 def _define_overrides():
@@ -64,7 +67,8 @@ def main(argv):
   config = resolve_config()
   logging.info("config: %s", config)
   train.train_and_evaluate(config, FLAGS.workdir, data_dir=FLAGS.data_dir,
-                           manual_dir=FLAGS.manual_dir)
+                           manual_dir=FLAGS.manual_dir,
+                           init_from=FLAGS.init_from)
 
 
 if __name__ == "__main__":
