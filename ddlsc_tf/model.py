@@ -111,6 +111,11 @@ class DDLSC(keras.Model):
     self.train_function = None
 
   @property
+  def autoencoder_params(self):
+    """Weights of encoder + decoder (the paper's count; no centroids)."""
+    return self.encoder.count_params() + self.decoder.count_params()
+
+  @property
   def metrics(self):
     return list(self._trackers[self.phase])
 

@@ -273,7 +273,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     logging.info("starting from %s", init_from)
   else:
     model = build_model(config, images.shape[1:])
-  params = int(model.count_params())
+  params = int(model.autoencoder_params)
   logging.info("model: latent d=%d, %d parameters (encoder %d, decoder %d)",
                model.latent_dim, params, model.encoder.count_params(),
                model.decoder.count_params())

@@ -40,7 +40,7 @@ def _objective(model, x, config):
 def test_parameter_count_is_about_paper_size():
   model = train.build_model(configs.MNIST, (28, 28, 1))
   assert model.latent_dim == 60
-  assert 2_800 <= model.count_params() <= 3_600
+  assert 2_800 <= model.autoencoder_params <= 3_600
 
 
 def test_pretrain_steps_lower_the_loss():
