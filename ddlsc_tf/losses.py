@@ -180,11 +180,12 @@ def reconstruction_loss(*, x, x_hat):
   Returns:
     Scalar float.
   """
-  if x.shape.is_fully_defined() and x_hat.shape.is_fully_defined():
-    if x.shape != x_hat.shape:
+  x_shape, x_hat_shape = tf.TensorShape(x.shape), tf.TensorShape(x_hat.shape)
+  if x_shape.is_fully_defined() and x_hat_shape.is_fully_defined():
+    if x_shape != x_hat_shape:
       raise ValueError(
-          f"x and x_hat must have the same shape, got {x.shape} and "
-          f"{x_hat.shape}.")
+          f"x and x_hat must have the same shape, got {tuple(x_shape)} and "
+          f"{tuple(x_hat_shape)}.")
   batch = tf.cast(tf.shape(x)[0], x.dtype)
   return tf.reduce_sum(tf.square(x - x_hat)) / batch
 

@@ -26,25 +26,39 @@ def smoke(tmp_path_factory, tfds_data_dir, mnist_manual_dir):
   return workdir, _run(workdir, tfds_data_dir, mnist_manual_dir)
 
 
+def _check_scores(entry):
+  for key in ("acc", "nmi"):
+    assert 0.0 <= entry[key] <= 1.0
+  assert -1.0 <= entry["ari"] <= 1.0
+
+
 def test_result_json_is_complete(smoke):
   workdir, result = smoke
   assert result["dataset"] == "mnist"
   assert result["num_examples"] == 300
   assert result["seed"] == 0
   assert 2_800 <= result["params"] <= 3_600
+  assert list(result["phases"]) == ["pretrain", "cluster1", "cluster2"]
   pretrain = result["phases"]["pretrain"]
   assert pretrain["epochs"] == 2
-  assert pretrain["seconds"] > 0
   assert [h["epoch"] for h in pretrain["history"]] == [1, 2]
-  for entry in pretrain["history"] + [pretrain, result["final"]]:
-    for key in ("acc", "nmi"):
-      assert 0.0 <= entry[key] <= 1.0
-    assert -1.0 <= entry["ari"] <= 1.0
-  assert result["final"]["acc"] == pretrain["acc"]
+  for name, phase in result["phases"].items():
+    assert phase["seconds"] > 0, name
+    assert phase["history"], name
+    for entry in phase["history"] + [phase]:
+      _check_scores(entry)
+  for name in ("cluster1", "cluster2"):
+    history = result["phases"][name]["history"]
+    assert [h["iteration"] for h in history] == list(range(len(history)))
+    assert all(-1.0 <= h["l_c"] <= 1.0 for h in history)
+  _check_scores(result["final"])
+  assert result["final"]["acc"] == result["phases"]["cluster2"]["acc"]
   config = json.loads((workdir / "config.json").read_text())
   assert config["max_examples"] == 300
-  assert (workdir / "model.keras").exists()
-  assert list((workdir / "tb").rglob("events.out.tfevents.*"))
+  for name in ("pretrain", "cluster1", "cluster2", "model"):
+    assert (workdir / f"{name}.keras").exists(), name
+  for name in ("pretrain", "cluster1", "cluster2"):
+    assert list((workdir / "tb" / name).rglob("events.out.tfevents.*"))
 
 
 def test_same_seed_same_numbers(smoke, tmp_path, tfds_data_dir,
@@ -52,14 +66,24 @@ def test_same_seed_same_numbers(smoke, tmp_path, tfds_data_dir,
   _, first = smoke
   second = _run(tmp_path, tfds_data_dir, mnist_manual_dir)
   strip = lambda r: [(h["acc"], h["nmi"], h["ari"])
-                     for h in r["phases"]["pretrain"]["history"]]
+                     for p in r["phases"].values() for h in p["history"]]
   assert strip(first) == strip(second)
+
+
+def test_later_phase_starts_from_saved_model(smoke, tmp_path, tfds_data_dir,
+                                             mnist_manual_dir):
+  workdir, _ = smoke
+  result = _run(tmp_path, tfds_data_dir, mnist_manual_dir,
+                "--phases=cluster2",
+                f"--init_from={workdir / 'cluster1.keras'}")
+  assert list(result["phases"]) == ["cluster2"]
+  _check_scores(result["final"])
 
 
 def test_flag_overrides_reach_the_config(tmp_path, tfds_data_dir,
                                          mnist_manual_dir):
   result = _run(tmp_path, tfds_data_dir, mnist_manual_dir,
-                "--pretrain_epochs=1", "--max_examples=200",
+                "--pretrain_epochs=1", "--max_examples=200", "--phases=pretrain",
                 "--batch_size=50", "--seed=3")
   assert result["num_examples"] == 200
   assert result["seed"] == 3

@@ -1,0 +1,175 @@
+"""Clustering-phase losses (eq. 7-11) against NumPy; stage steps; empties."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ddlsc_tf import configs
+from ddlsc_tf import losses
+from ddlsc_tf import train
+
+K = 4
+
+
+def _unit(a):
+  a = np.asarray(a, np.float64)
+  return a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
+
+
+def _between_ref(z, s, k):
+  c = np.abs(_unit(z) @ _unit(z).T)
+  best = 0.0
+  for a in range(k):
+    for b in range(k):
+      if a != b and (s == a).any() and (s == b).any():
+        best = max(best, c[np.ix_(s == a, s == b)].mean())
+  return best
+
+
+def _within_ref(z, s, k):
+  c = _unit(z) @ _unit(z).T
+  return sum(c[np.ix_(s == a, s == a)].mean() for a in range(k)
+             if (s == a).any())
+
+
+@pytest.fixture
+def batch():
+  rng = np.random.default_rng(1)
+  z = rng.normal(size=(20, 5)).astype(np.float32)
+  s = rng.integers(0, K, 20).astype(np.int32)
+  s[s == 3] = 2  # cluster 3 empty in this batch
+  mu = _unit(rng.normal(size=(K, 5))).astype(np.float32)
+  return z, s, mu
+
+
+def _maybe_graph(fn, graph):
+  return tf.function(fn) if graph else fn
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_assignments_are_most_similar_centroid(batch, graph):
+  z, _, mu = batch
+  got = _maybe_graph(losses.assign_clusters, graph)(tf.constant(z),
+                                                    tf.constant(mu))
+  np.testing.assert_array_equal(got.numpy(), np.argmax(_unit(z) @ mu.T, 1))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_centroid_update_is_normalised_mean_and_keeps_empty(batch, graph):
+  z, s, mu = batch
+  got = _maybe_graph(losses.update_centroids, graph)(
+      tf.constant(z), tf.constant(s), tf.constant(mu)).numpy()
+  for k in range(K):
+    if (s == k).any():
+      np.testing.assert_allclose(got[k], _unit(_unit(z)[s == k].mean(0)),
+                                 atol=1e-5)
+    else:
+      np.testing.assert_array_equal(got[k], mu[k])  # empty: unchanged
+  assert np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_clustering_objective(batch, graph):
+  z, s, mu = batch
+  got = _maybe_graph(lambda z, m, s: losses.clustering_objective(
+      z=z, centroids=m, assignments=s), graph)(z, mu, s)
+  want = np.mean(np.sum(_unit(z) * mu[s], axis=1))
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_between_and_within_losses(batch, graph):
+  z, s, _ = batch
+  l_b = _maybe_graph(lambda z, s: losses.between_cluster_loss(
+      z=z, assignments=s, num_clusters=K), graph)(z, s)
+  l_w = _maybe_graph(lambda z, s: losses.within_cluster_loss(
+      z=z, assignments=s, num_clusters=K), graph)(z, s)
+  np.testing.assert_allclose(l_b.numpy(), _between_ref(z, s, K), rtol=1e-5)
+  np.testing.assert_allclose(l_w.numpy(), _within_ref(z, s, K), rtol=1e-5)
+
+
+def test_single_cluster_batch_gives_finite_zero_between_loss(batch):
+  z, _, _ = batch
+  s = np.zeros(len(z), np.int32)
+  l_b = losses.between_cluster_loss(z=z, assignments=s, num_clusters=K)
+  assert float(l_b) == 0.0
+
+
+def test_stage_losses_combine_terms(batch):
+  z, s, mu = batch
+  x = np.random.default_rng(2).random((20, 4, 4, 1)).astype(np.float32)
+  anchors = np.zeros((20, 20), bool)
+  anchors[0, 1] = anchors[1, 0] = True
+  total, l_c, l_d, l_r = losses.stage1_loss(
+      x=x, z=z, x_hat=x * 0.5, centroids=mu, assignments=s, anchors=anchors,
+      alpha=0.1, lambda_d=2.0, lambda_r=0.1)
+  np.testing.assert_allclose(total, -l_c + 2.0 * l_d + 0.1 * l_r, rtol=1e-5)
+  total, l_c, l_w, l_b, l_r = losses.stage2_loss(
+      x=x, z=z, x_hat=x * 0.5, centroids=mu, assignments=s, num_clusters=K,
+      lambda_w=0.3, lambda_b=1.0, lambda_r=0.1)
+  np.testing.assert_allclose(total, -l_c - 0.3 * l_w + l_b + 0.1 * l_r,
+                             rtol=1e-5)
+
+
+def _blobs(n=64, seed=0):
+  rng = np.random.default_rng(seed)
+  templates = rng.random((K, 28, 28, 1)) > 0.7
+  labels = np.arange(n) % K
+  x = templates[labels] * 0.8 + rng.random((n, 28, 28, 1)) * 0.2
+  return x.astype(np.float32), labels
+
+
+def _clustering_model():
+  keras.utils.set_random_seed(0)
+  config = configs.TINY.replace(knn_k=3, num_clusters=K)
+  model = train.build_model(config, (28, 28, 1))
+  return model, config
+
+
+@pytest.mark.parametrize("phase", ["cluster1", "cluster2"])
+def test_stage_steps_lower_their_objective(phase):
+  x, labels = _blobs()
+  model, config = _clustering_model()
+  model.centroids.assign(
+      _unit(np.random.default_rng(0).normal(size=(K, 60))).astype(
+          np.float32))
+  assignments = losses.assign_clusters(model.embed(x),
+                                       model.centroids).numpy()
+  model.phase = phase
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  ds = tf.data.Dataset.from_tensors((x, labels, assignments))
+  first = model.fit(ds, epochs=1, verbose=0).history[f"{phase}/loss"][0]
+  last = model.fit(ds, epochs=30, verbose=0).history[f"{phase}/loss"][-1]
+  assert last < first - 0.05, (first, last)
+
+
+def test_empty_cluster_stage_step_is_finite():
+  x, labels = _blobs()
+  model, _ = _clustering_model()
+  model.centroids.assign(np.eye(K, 60, dtype=np.float32))
+  assignments = np.zeros(len(x), np.int32)  # clusters 1..3 empty
+  for phase in ("cluster1", "cluster2"):
+    model.phase = phase
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    logs = model.fit(tf.data.Dataset.from_tensors((x, labels, assignments)),
+                     epochs=1, verbose=0).history
+    assert all(np.isfinite(v[-1]) for v in logs.values()), logs
+  assert np.isfinite(model.get_weights()[0]).all()
+
+
+def test_clustering_phase_requires_centroids():
+  config = configs.TINY.replace(num_clusters=None)
+  model = train.build_model(config, (28, 28, 1))
+  with pytest.raises(ValueError, match="num_clusters"):
+    model.phase = "cluster1"
+
+
+@pytest.mark.parametrize("phases, init_from, message", [
+    (("cluster1",), None, "init_from"),
+    (("pretrain", "cluster2"), None, "consecutive"),
+    (("pretrain", "bogus"), None, "bogus"),
+])
+def test_bad_phase_lists_are_rejected(phases, init_from, message):
+  with pytest.raises(ValueError, match=message):
+    train.check_phases(phases, init_from)
