@@ -28,7 +28,7 @@ def write_json_atomic(path, payload):
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
   try:
     with os.fdopen(fd, "w") as f:
-      json.dump(payload, f, indent=2, sort_keys=True)
+      json.dump(payload, f, indent=2)
       f.write("\n")
     os.replace(tmp, path)
   except BaseException:
