@@ -65,7 +65,6 @@ class DDLSC(keras.Model):
         lambda_r if cluster_lambda_r is None else cluster_lambda_r)
     self.alpha = float(alpha)
     self.lambda_r = float(lambda_r)
-    self.phase = phase
     self.encoder = networks.build_encoder(
         self.image_shape, filters=self.encoder_filters,
         kernel_sizes=self.kernel_sizes, paddings=self.paddings)
@@ -92,6 +91,7 @@ class DDLSC(keras.Model):
     self._trackers = {
         phase: [keras.metrics.Mean(name=f"{phase}/{n}") for n in names]
         for phase, names in terms.items()}
+    self.phase = phase  # last: the setter checks the centroids exist
 
   @property
   def phase(self):
