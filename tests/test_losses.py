@@ -176,3 +176,18 @@ def test_shape_errors_name_the_shapes():
     losses.cosine_similarity_matrix(tf.zeros([2, 3, 4]))
   with pytest.raises(ValueError, match=r"\(2, 3\).*\(2, 4\)"):
     losses.reconstruction_loss(x=tf.zeros([2, 3]), x_hat=tf.zeros([2, 4]))
+
+
+def test_snn_selection_keeps_pairs_with_most_shared_neighbours(rng):
+  x = rng.random((50, 5, 5, 1)).astype(np.float32)
+  k = 6
+  s = _cosine(x)
+  np.fill_diagonal(s, -np.inf)
+  directed = np.zeros((50, 50), bool)
+  np.put_along_axis(directed, np.argsort(-s, axis=1)[:, :k], True, 1)
+  shared = directed.astype(int) @ directed.T.astype(int)
+  g = directed | directed.T
+  a = losses.anchor_mask(tf.constant(x), k=k, anchor_fraction=0.2,
+                         selection="snn").numpy()
+  assert a.any()
+  assert shared[a].min() >= shared[g & ~a].max()
