@@ -1,0 +1,123 @@
+"""Throughput of the train steps and of one evaluation (issue: speed).
+
+Everything runs in one process on real data, each timing a median over
+repeated runs after warm-up. Steps are timed through Keras' own compiled
+train function, as `fit` runs them.
+"""
+
+import resource
+import statistics
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ddlsc_tf import losses
+from ddlsc_tf import train
+
+
+def _median_seconds(fn, *, warmup, repeats):
+  for _ in range(warmup):
+    fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def _step_runner(model, batch):
+  """Runs one compiled train step of model.phase on a fixed batch."""
+  model.make_train_function(force=True)
+  data = tf.data.Dataset.from_tensors(batch).repeat()
+  iterator = iter(data)
+
+  def run():
+    logs = model.train_function(iterator)
+    # Block until the step is done (results are lazily materialised).
+    return {k: float(v) for k, v in logs.items()}
+  return run
+
+
+@tf.function
+def _recon_only_step(model, optimizer, x):
+  with tf.GradientTape() as tape:
+    _, x_hat = model(x, training=True)
+    loss = losses.reconstruction_loss(x=x, x_hat=x_hat)
+  variables = model.trainable_variables
+  optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+  return loss
+
+
+def fixed_batch_losses(model, x, assignments, config):
+  """Loss terms on a fixed batch in inference mode (to compare versions)."""
+  anchors, ignore = model._anchors(x)  # pylint: disable=protected-access
+  z, x_hat = model(x, training=False)
+  _, l_d, l_r = losses.pretrain_loss(
+      x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=config.alpha,
+      lambda_r=config.lambda_r, ignore=ignore)
+  l_w = losses.within_cluster_loss(z=z, assignments=assignments,
+                                   num_clusters=config.num_clusters)
+  l_b = losses.between_cluster_loss(z=z, assignments=assignments,
+                                    num_clusters=config.num_clusters)
+  return {"l_d": float(l_d), "l_r": float(l_r), "l_w": float(l_w),
+          "l_b": float(l_b), "anchors": int(tf.reduce_sum(
+              tf.cast(anchors, tf.int32)))}
+
+
+def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
+                  eval_repeats=3):
+  """Returns the benchmark dict (see experiments/benchmark.py)."""
+  train.seed_everything(config.seed)
+  b = config.batch_size
+  x = tf.constant(images[:b])
+  y = tf.constant(labels[:b])
+  model = train.build_model(config, images.shape[1:])
+  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  result = {"batch_size": b, "params": int(model.autoencoder_params),
+            "threads": {"intra_op": tf.config.threading
+                        .get_intra_op_parallelism_threads(),
+                        "inter_op": tf.config.threading
+                        .get_inter_op_parallelism_threads()}}
+
+  model.phase = "pretrain"
+  seconds = _median_seconds(_step_runner(model, (x, y)), warmup=warmup,
+                            repeats=repeats)
+  result["pretrain_examples_per_s"] = b / seconds
+
+  optimizer = keras.optimizers.Adam(config.learning_rate)
+  seconds = _median_seconds(lambda: float(_recon_only_step(model, optimizer,
+                                                           x)),
+                            warmup=warmup, repeats=repeats)
+  result["recon_only_examples_per_s"] = b / seconds
+  result["pretrain_over_recon_time"] = (
+      result["recon_only_examples_per_s"] / result["pretrain_examples_per_s"])
+
+  start = time.perf_counter()
+  scores = train.evaluate(model, images, labels, config)
+  result["eval_seconds_first"] = time.perf_counter() - start
+  result["eval_seconds"] = _median_seconds(
+      lambda: train.evaluate(model, images, labels, config), warmup=0,
+      repeats=eval_repeats)
+  result["eval_scores"] = scores
+
+  train._init_centroids(model, images, config)  # pylint: disable=protected-access
+  assignments = losses.assign_clusters(model.embed(images[:b]),
+                                       model.centroids)
+  for phase in ("cluster1", "cluster2"):
+    model.phase = phase
+    model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+    seconds = _median_seconds(_step_runner(model, (x, y, assignments)),
+                              warmup=warmup, repeats=repeats)
+    result[f"{phase}_examples_per_s"] = b / seconds
+
+  result["epoch_seconds_estimate"] = (
+      len(images) // b * b / result["pretrain_examples_per_s"])
+  result["fixed_batch_losses"] = fixed_batch_losses(model, x, assignments,
+                                                    config)
+  # ru_maxrss is in KiB on Linux.
+  result["peak_rss_bytes"] = resource.getrusage(
+      resource.RUSAGE_SELF).ru_maxrss * 1024
+  return result

@@ -1,0 +1,61 @@
+r"""Speed benchmark: `python -m experiments.benchmark --dataset=mnist`.
+
+Prints a table and writes benchmark.json (--out) with
+pretrain_examples_per_s, recon_only_examples_per_s, cluster1_examples_per_s,
+cluster2_examples_per_s, eval_seconds, peak_rss_bytes and more.
+"""
+
+import json
+
+from absl import app
+from absl import flags
+
+from ddlsc_tf import benchmark
+from ddlsc_tf import configs
+from ddlsc_tf import data
+from ddlsc_tf import train
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
+flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+flags.DEFINE_string("manual_dir", None,
+                    "Folder with the raw dataset archives, for offline use.")
+flags.DEFINE_integer("max_examples", None, "Use only the first N images.")
+flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
+flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
+
+
+def main(argv):
+  del argv
+  config = configs.get_preset(FLAGS.dataset)
+  if FLAGS.max_examples:
+    config = config.replace(max_examples=FLAGS.max_examples)
+  images, labels = data.load_images(
+      config.dataset, data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
+      max_examples=config.max_examples)
+  result = benchmark.run_benchmark(config, images, labels,
+                                   repeats=FLAGS.repeats)
+  result["dataset"] = config.dataset
+  result["num_examples"] = int(len(images))
+  rows = [("pre-training step", f"{result['pretrain_examples_per_s']:,.0f} ex/s"),
+          ("reconstruction-only step",
+           f"{result['recon_only_examples_per_s']:,.0f} ex/s"),
+          ("time ratio pretrain / recon-only",
+           f"{result['pretrain_over_recon_time']:.2f}"),
+          ("stage I step", f"{result['cluster1_examples_per_s']:,.0f} ex/s"),
+          ("stage II step", f"{result['cluster2_examples_per_s']:,.0f} ex/s"),
+          ("pre-training epoch (estimate)",
+           f"{result['epoch_seconds_estimate']:.1f} s"),
+          ("evaluation (embed + k-means + scores)",
+           f"{result['eval_seconds']:.1f} s"),
+          ("peak resident memory",
+           f"{result['peak_rss_bytes'] / 2**30:.2f} GiB")]
+  width = max(len(name) for name, _ in rows)
+  for name, value in rows:
+    print(f"{name:<{width}}  {value}")
+  train.write_json_atomic(FLAGS.out, result)
+  print(f"wrote {FLAGS.out}")
+
+
+if __name__ == "__main__":
+  app.run(main)
