@@ -19,6 +19,8 @@ flags.DEFINE_string("workdir", None, "Output folder.", required=True)
 flags.DEFINE_string("data_dir", None, "TFDS data directory.")
 flags.DEFINE_string("manual_dir", None,
                     "Folder with the raw dataset archives, for offline use.")
+flags.DEFINE_enum("verbose", "auto", ["auto", "0", "1", "2"],
+                  "Keras progress output: 1 a bar, 2 one line per epoch.")
 flags.DEFINE_string("init_from", None,
                     "A .keras model saved by an earlier phase to start from "
                     "(needed when --phases does not start with pretrain).")
@@ -68,7 +70,9 @@ def main(argv):
   logging.info("config: %s", config)
   train.train_and_evaluate(config, FLAGS.workdir, data_dir=FLAGS.data_dir,
                            manual_dir=FLAGS.manual_dir,
-                           init_from=FLAGS.init_from)
+                           init_from=FLAGS.init_from,
+                           verbose=(FLAGS.verbose if FLAGS.verbose == "auto"
+                                    else int(FLAGS.verbose)))
 
 
 if __name__ == "__main__":
