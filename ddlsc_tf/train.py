@@ -104,26 +104,6 @@ class EvaluationCallback(keras.callbacks.Callback):
       logs.update({f"eval/{k}": v for k, v in scores.items()})
 
 
-def _pretrain(model, images, labels, config, workdir, verbose):
-  model.phase = "pretrain"
-  evaluation = EvaluationCallback(images, labels, config,
-                                  epochs=config.pretrain_epochs,
-                                  phase="pretrain")
-  tensorboard = keras.callbacks.TensorBoard(
-      log_dir=os.path.join(workdir, "tb", "pretrain"), write_graph=False)
-  start = time.time()
-  model.fit(
-      data.train_dataset(images, labels, batch_size=config.batch_size,
-                         seed=config.seed),
-      epochs=config.pretrain_epochs,
-      callbacks=[evaluation, tensorboard], verbose=verbose)
-  seconds = time.time() - start
-  final = evaluation.history[-1]
-  return {"epochs": config.pretrain_epochs, "seconds": round(seconds, 2),
-          "acc": final["acc"], "nmi": final["nmi"], "ari": final["ari"],
-          "history": evaluation.history}
-
-
 def _phase_result(history, epochs, seconds):
   final = history[-1]
   return {"epochs": epochs, "seconds": round(seconds, 2),
