@@ -66,6 +66,12 @@ def build_model(config, input_shape):
       lambda_r=config.lambda_r)
 
 
+def compile_model(model, config):
+  """A fresh Adam per phase; XLA only when the config asks for it."""
+  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate),
+                jit_compile=config.jit_compile)
+
+
 def evaluate(model, images, labels, config):
   """k-means on the normalised latent of every image → ACC/NMI/ARI."""
   z = model.embed(images)
@@ -153,7 +159,7 @@ def _cluster_stage(model, images, labels, config, workdir, verbose, phase):
   iterations = (config.cluster1_iterations if phase == "cluster1"
                 else config.cluster2_iterations)
   model.phase = phase
-  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  compile_model(model, config)
   if not _centroids_initialised(model):
     _init_centroids(model, images, config)
   tensorboard = keras.callbacks.TensorBoard(
@@ -204,7 +210,7 @@ def _cluster_stage(model, images, labels, config, workdir, verbose, phase):
 
 def _pretrain(model, images, labels, config, workdir, verbose):
   model.phase = "pretrain"
-  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  compile_model(model, config)
   evaluation = EvaluationCallback(images, labels, config,
                                   epochs=config.pretrain_epochs,
                                   phase="pretrain")
