@@ -75,7 +75,7 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
   x = tf.constant(images[:b])
   y = tf.constant(labels[:b])
   model = train.build_model(config, images.shape[1:])
-  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  train.compile_model(model, config)
   result = {"batch_size": b, "params": int(model.autoencoder_params),
             "threads": {"intra_op": tf.config.threading
                         .get_intra_op_parallelism_threads(),
@@ -108,7 +108,7 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
                                        model.centroids)
   for phase in ("cluster1", "cluster2"):
     model.phase = phase
-    model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+    train.compile_model(model, config)
     seconds = _median_seconds(_step_runner(model, (x, y, assignments)),
                               warmup=warmup, repeats=repeats)
     result[f"{phase}_examples_per_s"] = b / seconds

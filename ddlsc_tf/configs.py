@@ -40,14 +40,31 @@ class Config:
   lambda_d_end: float = 1.0     # linear schedule over stage I's iterations
   lambda_w: float = 0.3         # lambda_w = 0.3 for MNIST (section 4.2)
   lambda_b: float = 1.0         # lambda_b = 1 for MNIST (section 4.2)
-  cluster_lambda_r: float = 1e-3  # "remains unchanged" (section 3.4)
+  # None: lambda_r, as the paper keeps it "unchanged" (section 3.4).
+  cluster_lambda_r: Optional[float] = None
+  # Algorithm 1's stop: end pre-training early when the epoch mean of L_d
+  # moves less than this (0: always run pretrain_epochs).
+  pretrain_tolerance: float = 0.0
   # Evaluation (k-means on the normalised latent every `eval_every` epochs).
   eval_every: int = 5
   kmeans_n_init: int = 4
   # Run.
+  jit_compile: bool = False  # XLA-compile the train steps (see RESULTS.md)
   seed: int = 0
   max_examples: Optional[int] = None
   phases: Tuple[str, ...] = ("pretrain", "cluster1", "cluster2")
+
+  def __post_init__(self):
+    positive = ("num_clusters", "batch_size", "pretrain_epochs", "knn_k",
+                "eval_every", "kmeans_n_init", "epochs_per_iteration")
+    for name in positive:
+      if getattr(self, name) is not None and getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+    if not 0.0 < self.anchor_fraction <= 1.0:
+      raise ValueError(
+          f"anchor_fraction must be in (0, 1], got {self.anchor_fraction}.")
+    if not 0.0 <= self.alpha < 1.0:
+      raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
 
   def replace(self, **changes):
     return dataclasses.replace(self, **changes)

@@ -6,6 +6,8 @@ refer to Tzoreff, Kogan & Choukroun (2018), "Deep Discriminative Latent Space
 for Clustering".
 """
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 _EPS = 1e-12
@@ -44,6 +46,14 @@ def cosine_similarity_matrix(z):
   return tf.matmul(z, z, transpose_b=True)
 
 
+class KnnGraph(NamedTuple):
+  """A batch's kNN graph on raw inputs (see `knn_graph`)."""
+  graph: tf.Tensor       # [B, B] bool, symmetric, False on the diagonal
+  similarity: tf.Tensor  # [B, B] float, raw cosine similarity (symmetric)
+  rank: tf.Tensor        # [B, B] int32, j's place in i's list; k if absent
+  neighbours: tf.Tensor  # [B, k] int32, i's k nearest, most similar first
+
+
 def knn_graph(x, *, k):
   """Symmetric k-nearest-neighbour graph on raw inputs, by cosine similarity.
 
@@ -55,10 +65,7 @@ def knn_graph(x, *, k):
     k: number of neighbours per point, 1 <= k < B.
 
   Returns:
-    (graph, similarity, rank): graph [B, B] bool, symmetric, False on the
-    diagonal; similarity [B, B] float, the raw cosine similarity matrix;
-    rank [B, B] int32, rank[i, j] in [0, k) is j's place in i's neighbour
-    list, k where j is not among i's k nearest.
+    A `KnnGraph`.
   """
   x = tf.reshape(x, [tf.shape(x)[0], -1])
   similarity = cosine_similarity_matrix(x)
@@ -80,10 +87,34 @@ def knn_graph(x, *, k):
   rank = tf.where(rank < 0, k, rank)
   directed = rank < k
   graph = tf.logical_or(directed, tf.transpose(directed))
-  return graph, similarity, rank
+  return KnnGraph(graph, similarity, rank, neighbours)
 
 
 ANCHOR_SELECTIONS = ("similarity", "rank", "snn")
+
+
+def _graph_threshold(score, knn, fraction):
+  """Score of the pair at which `fraction` of the graph's pairs is reached.
+
+  Works on the k|B| directed neighbour entries instead of all |B|² pairs,
+  with static shapes (XLA-friendly). An entry i→j stands for the ordered
+  pairs (i, j) and (j, i) of the symmetric graph, unless j→i is an entry
+  too (a mutual pair), when each stands for one.
+  """
+  k = tf.shape(knn.neighbours)[1]
+  entries = tf.gather(score, knn.neighbours, batch_dims=1)           # [B, k]
+  mutual = tf.gather(tf.transpose(knn.rank) < k, knn.neighbours,
+                     batch_dims=1)
+  weight = tf.where(mutual, 1, 2)
+  order = tf.argsort(tf.reshape(entries, [-1]), direction="DESCENDING")
+  sorted_scores = tf.gather(tf.reshape(entries, [-1]), order)
+  covered = tf.cumsum(tf.gather(tf.reshape(weight, [-1]), order))
+  num_pairs = covered[-1]  # ordered pairs in the symmetric graph
+  keep = tf.cast(tf.math.ceil(fraction * tf.cast(num_pairs, tf.float32)),
+                 tf.int32)
+  keep = tf.clip_by_value(keep, 1, num_pairs)
+  first = tf.argmax(tf.cast(covered >= keep, tf.int32), output_type=tf.int32)
+  return sorted_scores[first]
 
 
 def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
@@ -117,27 +148,22 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
   if selection not in ANCHOR_SELECTIONS:
     raise ValueError(f"unknown anchor selection {selection!r}; expected one "
                      f"of {ANCHOR_SELECTIONS}.")
-  graph, similarity, rank = knn_graph(x, k=k)
+  knn = knn_graph(x, k=k)
+  similarity = knn.similarity
   if selection == "similarity":
     score = similarity  # in [-1, 1]
   elif selection == "rank":
-    pair_rank = tf.cast(tf.maximum(rank, tf.transpose(rank)), similarity.dtype)
+    pair_rank = tf.cast(tf.maximum(knn.rank, tf.transpose(knn.rank)),
+                        similarity.dtype)
     score = 0.25 * similarity - pair_rank  # rank first, cosine breaks ties
   else:
-    directed = tf.cast(rank < k, similarity.dtype)
+    directed = tf.cast(knn.rank < k, similarity.dtype)
     shared = tf.matmul(directed, directed, transpose_b=True)
     score = shared + 0.25 * similarity  # count first, cosine breaks ties
-  num_pairs = tf.reduce_sum(tf.cast(graph, tf.int32))  # ordered pairs
-  keep = tf.cast(
-      tf.math.ceil(anchor_fraction * tf.cast(num_pairs, tf.float32)),
-      tf.int32)
-  keep = tf.clip_by_value(keep, 1, tf.maximum(num_pairs, 1))
-  low = tf.reduce_min(score) - 1.0  # below every candidate
-  candidates = tf.where(graph, score, low)
   # Symmetric pairs tie at equal values, so the threshold keeps both halves.
-  threshold = tf.math.top_k(tf.reshape(candidates, [-1]), k=keep).values[-1]
-  anchors = tf.logical_and(graph, candidates >= threshold)
-  return (anchors, graph) if return_graph else anchors
+  threshold = _graph_threshold(score, knn, anchor_fraction)
+  anchors = tf.logical_and(knn.graph, score >= threshold)
+  return (anchors, knn.graph) if return_graph else anchors
 
 
 def discriminative_loss(*, z, anchors, alpha, ignore=None):
@@ -154,7 +180,8 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None):
     alpha: float in [0, 1), discount on the anchor term.
     ignore: optional [B, B] bool, non-anchor pairs left out of the first sum
       (e.g. kNN pairs not chosen as anchors: likely same-cluster pairs that
-      should not be pushed apart). None: the paper's eq. 5.
+      should not be pushed apart). None: the paper's eq. 5. The weight
+      1/(|B|²−|A|) is kept as is (ignored pairs are few: ~k|B|).
 
   Returns:
     Scalar float.

@@ -92,6 +92,11 @@ class DDLSC(keras.Model):
         phase: [keras.metrics.Mean(name=f"{phase}/{n}") for n in names]
         for phase, names in terms.items()}
     self.phase = phase  # last: the setter checks the centroids exist
+    # Records the input shape (which `model.export` needs).
+    self.build((None, *self.image_shape))
+
+  def build(self, input_shape):
+    del input_shape  # encoder and decoder are built on creation
 
   @property
   def phase(self):

@@ -30,6 +30,9 @@ def write_json_atomic(path, payload):
     with os.fdopen(fd, "w") as f:
       json.dump(payload, f, indent=2)
       f.write("\n")
+      f.flush()
+      os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)  # mkstemp makes it private
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
@@ -63,6 +66,12 @@ def build_model(config, input_shape):
       lambda_r=config.lambda_r)
 
 
+def compile_model(model, config):
+  """A fresh Adam per phase; XLA only when the config asks for it."""
+  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate),
+                jit_compile=config.jit_compile)
+
+
 def evaluate(model, images, labels, config):
   """k-means on the normalised latent of every image → ACC/NMI/ARI."""
   z = model.embed(images)
@@ -70,6 +79,27 @@ def evaluate(model, images, labels, config):
       z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
       seed=config.seed)
   return metrics.clustering_scores(labels, assignments)
+
+
+class LossPlateauStop(keras.callbacks.Callback):
+  """Algorithm 1's stop: |L_d^(i) − L_d^(i−1)| <= ε between epochs."""
+
+  def __init__(self, key, tolerance):
+    super().__init__()
+    self.key, self.tolerance = key, tolerance
+    self.previous = None
+
+  def on_epoch_end(self, epoch, logs=None):
+    value = (logs or {}).get(self.key)
+    if value is None:
+      return
+    if (self.previous is not None
+        and abs(value - self.previous) <= self.tolerance):
+      logging.info("%s moved %.2e <= %.2e: stopping after epoch %d",
+                   self.key, abs(value - self.previous), self.tolerance,
+                   epoch + 1)
+      self.model.stop_training = True
+    self.previous = value
 
 
 class EvaluationCallback(keras.callbacks.Callback):
@@ -91,7 +121,8 @@ class EvaluationCallback(keras.callbacks.Callback):
 
   def on_epoch_end(self, epoch, logs=None):
     done = epoch + 1
-    if done % self.config.eval_every and done != self.epochs:
+    last = done == self.epochs or self.model.stop_training
+    if done % self.config.eval_every and not last:
       return
     seconds = time.time() - self._start
     scores = evaluate(self.model, self.images, self.labels, self.config)
@@ -128,67 +159,74 @@ def _cluster_stage(model, images, labels, config, workdir, verbose, phase):
   iterations = (config.cluster1_iterations if phase == "cluster1"
                 else config.cluster2_iterations)
   model.phase = phase
-  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  compile_model(model, config)
   if not _centroids_initialised(model):
     _init_centroids(model, images, config)
   tensorboard = keras.callbacks.TensorBoard(
       log_dir=os.path.join(workdir, "tb", phase), write_graph=False)
   writer = tf.summary.create_file_writer(
       os.path.join(workdir, "tb", phase, "eval"))
-  history, previous_l_c, epoch = [], None, 0
+  history = []
   start = time.time()
-  for iteration in range(iterations + 1):
-    if phase == "cluster1":
-      fraction = iteration / max(iterations - 1, 1)
-      model.lambda_d.assign(config.lambda_d_start + min(fraction, 1.0) * (
-          config.lambda_d_end - config.lambda_d_start))
-    z = model.embed(images)
-    assignments = losses.assign_clusters(z, model.centroids).numpy()
-    model.centroids.assign(losses.update_centroids(
-        z, assignments, model.centroids))
-    l_c = float(losses.clustering_objective(
-        z=z, centroids=model.centroids, assignments=assignments))
-    scores = metrics.clustering_scores(labels, assignments)
-    seconds = time.time() - start
-    history.append({"iteration": iteration, "epoch": epoch, "l_c": l_c,
-                    "seconds": round(seconds, 2), **scores})
-    logging.info("%s iteration %d (epoch %d): L_c=%.4f acc=%.4f nmi=%.4f "
-                 "ari=%.4f (%.0f s)", phase, iteration, epoch, l_c,
-                 scores["acc"], scores["nmi"], scores["ari"], seconds)
-    with writer.as_default(step=epoch):
-      for key in ("acc", "nmi", "ari", "l_c"):
-        tf.summary.scalar(f"eval/{key}", history[-1][key])
-    converged = (previous_l_c is not None
-                 and abs(l_c - previous_l_c) < config.cluster_tolerance)
-    if iteration == iterations or converged:
-      break
-    previous_l_c = l_c
-    dataset = data.train_dataset(
-        images, labels, assignments=assignments.astype(np.int32),
-        batch_size=config.batch_size, seed=config.seed + iteration + 1)
-    model.fit(dataset, initial_epoch=epoch,
-              epochs=epoch + config.epochs_per_iteration,
-              callbacks=[tensorboard], verbose=verbose)
-    epoch += config.epochs_per_iteration
-  writer.close()
+  try:
+    previous_l_c, epoch = None, 0
+    for iteration in range(iterations + 1):
+      if phase == "cluster1":
+        fraction = iteration / max(iterations - 1, 1)
+        model.lambda_d.assign(config.lambda_d_start + min(fraction, 1.0) * (
+            config.lambda_d_end - config.lambda_d_start))
+      z = model.embed(images)
+      assignments = losses.assign_clusters(z, model.centroids).numpy()
+      model.centroids.assign(losses.update_centroids(
+          z, assignments, model.centroids))
+      l_c = float(losses.clustering_objective(
+          z=z, centroids=model.centroids, assignments=assignments))
+      scores = metrics.clustering_scores(labels, assignments)
+      seconds = time.time() - start
+      history.append({"iteration": iteration, "epoch": epoch, "l_c": l_c,
+                      "seconds": round(seconds, 2), **scores})
+      logging.info("%s iteration %d (epoch %d): L_c=%.4f acc=%.4f nmi=%.4f "
+                   "ari=%.4f (%.0f s)", phase, iteration, epoch, l_c,
+                   scores["acc"], scores["nmi"], scores["ari"], seconds)
+      with writer.as_default(step=epoch):
+        for key in ("acc", "nmi", "ari", "l_c"):
+          tf.summary.scalar(f"eval/{key}", history[-1][key])
+      converged = (previous_l_c is not None
+                   and abs(l_c - previous_l_c) < config.cluster_tolerance)
+      if iteration == iterations or converged:
+        break
+      previous_l_c = l_c
+      dataset = data.train_dataset(
+          images, labels, assignments=assignments.astype(np.int32),
+          batch_size=config.batch_size, seed=config.seed + iteration + 1)
+      model.fit(dataset, initial_epoch=epoch,
+                epochs=epoch + config.epochs_per_iteration,
+                callbacks=[tensorboard], verbose=verbose)
+      epoch += config.epochs_per_iteration
+  finally:
+    writer.close()
   return _phase_result(history, epoch, time.time() - start)
 
 
 def _pretrain(model, images, labels, config, workdir, verbose):
   model.phase = "pretrain"
-  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate))
+  compile_model(model, config)
   evaluation = EvaluationCallback(images, labels, config,
                                   epochs=config.pretrain_epochs,
                                   phase="pretrain")
   tensorboard = keras.callbacks.TensorBoard(
       log_dir=os.path.join(workdir, "tb", "pretrain"), write_graph=False)
+  callbacks = [evaluation, tensorboard]
+  if config.pretrain_tolerance > 0:
+    # First, so the evaluation sees stop_training and scores the last epoch.
+    callbacks.insert(0, LossPlateauStop("pretrain/l_d",
+                                        config.pretrain_tolerance))
   start = time.time()
-  model.fit(
+  fit = model.fit(
       data.train_dataset(images, labels, batch_size=config.batch_size,
                          seed=config.seed),
-      epochs=config.pretrain_epochs,
-      callbacks=[evaluation, tensorboard], verbose=verbose)
-  return _phase_result(evaluation.history, config.pretrain_epochs,
+      epochs=config.pretrain_epochs, callbacks=callbacks, verbose=verbose)
+  return _phase_result(evaluation.history, len(fit.epoch),
                        time.time() - start)
 
 
@@ -248,11 +286,17 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   # Seeded after loading: preparing a TFDS dataset the first time draws
   # from the global RNGs, which would make a first run differ from a rerun.
   seed_everything(config.seed)
+  model = build_model(config, images.shape[1:])
   if init_from is not None:
-    model = keras.models.load_model(init_from)
-    logging.info("starting from %s", init_from)
-  else:
-    model = build_model(config, images.shape[1:])
+    # Weights only: the hyper-parameters are this run's config, not the
+    # saved model's, so flags given with --init_from take effect.
+    try:
+      model.load_weights(init_from)
+    except (ValueError, KeyError) as e:
+      raise ValueError(
+          f"cannot start from {init_from!r}: its weights do not fit the "
+          f"network of this config ({e}).") from e
+    logging.info("starting from the weights of %s", init_from)
   params = int(model.autoencoder_params)
   logging.info("model: latent d=%d, %d parameters (encoder %d, decoder %d)",
                model.latent_dim, params, model.encoder.count_params(),
@@ -260,7 +304,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
 
   result = {"dataset": config.dataset, "seed": config.seed,
             "num_examples": int(len(images)), "params": params,
-            "latent_dim": model.latent_dim, "phases": {}}
+            "latent_dim": model.latent_dim, "init_from": init_from,
+            "phases": {}}
   for phase in config.phases:
     result["phases"][phase] = _RUNNERS[phase](
         model, images, labels, config, workdir, verbose)

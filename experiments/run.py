@@ -32,9 +32,8 @@ def _define_overrides():
     if field.name == "dataset":
       continue
     help_ = f"Override the preset's {field.name}."
-    kind = typing.get_args(field.type) or (field.type,)
-    if tuple in (getattr(k, "__origin__", k) for k in kind) or \
-        "Tuple" in str(field.type):
+    kind = typing.get_args(field.type) or (field.type,)  # Optional[X] → X
+    if typing.get_origin(field.type) is tuple:
       flags.DEFINE_list(field.name, None, help_ + " Comma-separated.")
     elif bool in kind:
       flags.DEFINE_bool(field.name, None, help_)
@@ -57,8 +56,7 @@ def resolve_config():
     if field.name == "dataset" or value is None:
       continue
     if isinstance(value, list):
-      current = getattr(config, field.name)
-      cast = type(current[0]) if current else str
+      cast = typing.get_args(field.type)[0]  # Tuple[int, ...] → int
       value = tuple(cast(v) for v in value)
     changes[field.name] = value
   return config.replace(**changes)

@@ -56,8 +56,8 @@ def test_cosine_similarity_matrix(rng, graph):
 @pytest.mark.parametrize("graph", [False, True])
 def test_knn_graph_matches_reference(rng, graph):
   x = rng.random((20, 4, 4, 1)).astype(np.float32)
-  g, _, rank = _run(lambda x: losses.knn_graph(x, k=3), graph,
-                    x=tf.constant(x))
+  knn = _run(lambda x: losses.knn_graph(x, k=3), graph, x=tf.constant(x))
+  g, rank = knn.graph, knn.rank
   np.testing.assert_array_equal(g.numpy(), _knn_graph_ref(x, 3))
   s = _cosine(x)
   np.fill_diagonal(s, -np.inf)
@@ -65,6 +65,7 @@ def test_knn_graph_matches_reference(rng, graph):
   rank = rank.numpy()
   for i in range(len(x)):
     np.testing.assert_array_equal(rank[i, order[i, :3]], [0, 1, 2])
+    np.testing.assert_array_equal(knn.neighbours.numpy()[i], order[i, :3])
     assert (rank[i, order[i, 3:]] == 3).all()
 
 

@@ -29,7 +29,8 @@ def _model(seed=0):
 
 def _objective(model, x, config):
   anchors = losses.anchor_mask(tf.constant(x), k=config.knn_k,
-                               anchor_fraction=config.anchor_fraction)
+                               anchor_fraction=config.anchor_fraction,
+                               selection=config.anchor_selection)
   z, x_hat = model(x, training=False)
   total, _, _ = losses.pretrain_loss(
       x=tf.constant(x), z=z, x_hat=x_hat, anchors=anchors,
@@ -58,12 +59,31 @@ def test_unknown_phase_is_rejected():
     model.phase = "bogus"
 
 
-def test_keras_save_reload_gives_identical_embeddings(tmp_path):
+def test_keras_save_reload_gives_identical_model(tmp_path):
   x, labels = _blobs()
   model, _ = _model()
   model.fit(x, labels, batch_size=32, epochs=1, verbose=0)
+  model.centroids.assign(np.random.default_rng(0).normal(
+      size=model.centroids.shape).astype(np.float32))
+  model.lambda_d.assign(2.5)
+  model.phase = "cluster1"
   path = tmp_path / "model.keras"
   model.save(path)
   reloaded = keras.models.load_model(path)
   assert reloaded.get_config() == model.get_config()
+  assert reloaded.phase == "cluster1"
+  for a, b in zip(reloaded.get_weights(), model.get_weights(), strict=True):
+    np.testing.assert_array_equal(a, b)
   np.testing.assert_array_equal(reloaded.embed(x), model.embed(x))
+  np.testing.assert_array_equal(reloaded(x)[1], model(x)[1])
+  np.testing.assert_array_equal(reloaded.cluster_scores(x),
+                                model.cluster_scores(x))
+
+
+def test_config_rejects_out_of_range_values():
+  with pytest.raises(ValueError, match="alpha must be in \\[0, 1\\), got 1.0"):
+    configs.MNIST.replace(alpha=1.0)
+  with pytest.raises(ValueError, match="anchor_fraction .* got 0.0"):
+    configs.MNIST.replace(anchor_fraction=0.0)
+  with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+    configs.MNIST.replace(batch_size=0)

@@ -77,14 +77,27 @@ def test_later_phase_starts_from_saved_model(smoke, tmp_path, tfds_data_dir,
                 "--phases=cluster2",
                 f"--init_from={workdir / 'cluster1.keras'}")
   assert list(result["phases"]) == ["cluster2"]
-  _check_scores(result["final"])
+  assert result["init_from"] == str(workdir / "cluster1.keras")
+  # Same weights and centroids as the smoke run's stage II started from.
+  first, expected = (result["phases"]["cluster2"]["history"][0],
+                     smoke[1]["phases"]["cluster2"]["history"][0])
+  assert (first["acc"], first["l_c"]) == (expected["acc"], expected["l_c"])
 
 
 def test_flag_overrides_reach_the_config(tmp_path, tfds_data_dir,
                                          mnist_manual_dir):
   result = _run(tmp_path, tfds_data_dir, mnist_manual_dir,
-                "--pretrain_epochs=1", "--max_examples=200", "--phases=pretrain",
-                "--batch_size=50", "--seed=3")
+                "--pretrain_epochs=5", "--max_examples=200", "--phases=pretrain",
+                "--batch_size=50", "--seed=3", "--encoder_filters=4,4,15",
+                "--knn_neutral", "--alpha=0.2", "--pretrain_tolerance=100")
+  config = json.loads((tmp_path / "config.json").read_text())
+  assert config["batch_size"] == 50
+  assert config["encoder_filters"] == [4, 4, 15]
+  assert config["knn_neutral"] is True
+  assert config["alpha"] == 0.2
+  assert config["phases"] == ["pretrain"]
   assert result["num_examples"] == 200
   assert result["seed"] == 3
-  assert result["phases"]["pretrain"]["epochs"] == 1
+  assert result["params"] < 3_000  # the narrower encoder was built
+  # Algorithm 1's stop: a tolerance of 100 ends after the second epoch.
+  assert result["phases"]["pretrain"]["epochs"] == 2
