@@ -49,7 +49,6 @@ class Config:
   eval_every: int = 5
   kmeans_n_init: int = 4
   # Run.
-  jit_compile: bool = False  # XLA-compile the train steps (see RESULTS.md)
   seed: int = 0
   max_examples: Optional[int] = None
   phases: Tuple[str, ...] = ("pretrain", "cluster1", "cluster2")

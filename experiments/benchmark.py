@@ -22,7 +22,6 @@ flags.DEFINE_string("manual_dir", None,
                     "Folder with the raw dataset archives, for offline use.")
 flags.DEFINE_integer("max_examples", None, "Use only the first N images.")
 flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
-flags.DEFINE_bool("jit_compile", None, "Override the preset's jit_compile.")
 flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
 
 
@@ -31,8 +30,6 @@ def main(argv):
   config = configs.get_preset(FLAGS.dataset)
   if FLAGS.max_examples:
     config = config.replace(max_examples=FLAGS.max_examples)
-  if FLAGS.jit_compile is not None:
-    config = config.replace(jit_compile=FLAGS.jit_compile)
   images, labels = data.load_images(
       config.dataset, data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
       max_examples=config.max_examples)
