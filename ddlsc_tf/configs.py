@@ -89,9 +89,9 @@ MNIST = Config(
     alpha=0.1,            # ours: "alpha < 1" (eq. 3).
     lambda_r=1e-3,        # lambda = 0.001 (section 4.2).
     # Ours, chosen without labels: the paper's rule (keep the globally most
-    # similar kNN pairs, anchor_selection="similarity") leaves 30% of a
+    # similar kNN pairs, anchor_selection="similarity") leaves 28% of a
     # batch's points without any anchor; ranking pairs by neighbour rank
-    # covers 94% (RESULTS.md, "Pre-training").
+    # gives anchors to 93% (RESULTS.md, "Pre-training").
     anchor_selection="rank",
 )
 

@@ -46,9 +46,10 @@ def seed_everything(seed):
   tf.config.experimental.enable_op_determinism()
 
 
-def build_model(config, input_shape):
-  return model_lib.DDLSC(
+def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
+  return model_class(
       input_shape,
+      **extra,
       num_clusters=config.num_clusters,
       lambda_d=config.lambda_d_start,
       lambda_w=config.lambda_w,
@@ -257,7 +258,7 @@ def check_phases(phases, init_from):
 
 
 def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
-                       init_from=None, verbose="auto"):
+                       init_from=None, verbose="auto", build=build_model):
   """Runs `config.phases` and writes config.json / result.json in workdir.
 
   After each phase the model is saved as DIR/<phase>.keras, so a later run
@@ -270,6 +271,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     manual_dir: TFDS manual_dir for offline preparation.
     init_from: a saved .keras model to start from instead of a fresh one.
     verbose: Keras `fit` verbosity.
+    build: (config, input_shape) -> model; diagnostics swap the model class.
 
   Returns:
     The result dict written to DIR/result.json.
@@ -287,7 +289,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   # Seeded after loading: preparing a TFDS dataset the first time draws
   # from the global RNGs, which would make a first run differ from a rerun.
   seed_everything(config.seed)
-  model = build_model(config, images.shape[1:])
+  model = build(config, images.shape[1:])
   if init_from is not None:
     # Weights only: the hyper-parameters are this run's config, not the
     # saved model's, so flags given with --init_from take effect.

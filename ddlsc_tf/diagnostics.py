@@ -1,0 +1,79 @@
+"""Diagnostics that use labels, to explain results; never to choose settings.
+
+* `anchor_statistics`: how precise and how evenly spread a batch's anchors
+  are (same-class fraction, share of points with an anchor, per class).
+* `OracleAnchorDDLSC`: pre-training with anchors built from the labels, to
+  tell anchor quality apart from what the loss and network can reach.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ddlsc_tf import losses
+from ddlsc_tf import model as model_lib
+
+ORACLES = ("knn_same_label", "all_same_label")
+
+
+def anchor_statistics(images, labels, *, batch_size, k, anchor_fraction,
+                      selection, num_batches, seed):
+  """Anchor precision and coverage over random batches.
+
+  Returns:
+    {"anchors_per_point", "precision", "coverage", "coverage_per_class",
+     "share_per_class"}; per-class lists are indexed by label.
+  """
+  rng = np.random.default_rng(seed)
+  classes = np.unique(labels)
+  rows = []
+  for _ in range(num_batches):
+    idx = rng.choice(len(images), batch_size, replace=False)
+    a = losses.anchor_mask(tf.constant(images[idx]), k=k,
+                           anchor_fraction=anchor_fraction,
+                           selection=selection).numpy()
+    y = labels[idx]
+    has = a.any(axis=1)
+    rows.append((a.sum() / batch_size,
+                 (y[:, None] == y[None, :])[a].mean(), has.mean(),
+                 [has[y == c].mean() for c in classes],
+                 [a[y == c].sum() / a.sum() for c in classes]))
+  mean = lambda i: np.mean([r[i] for r in rows], axis=0)
+  return {"anchors_per_point": float(mean(0)), "precision": float(mean(1)),
+          "coverage": float(mean(2)),
+          "coverage_per_class": mean(3).round(3).tolist(),
+          "share_per_class": mean(4).round(3).tolist()}
+
+
+@keras.saving.register_keras_serializable(package=model_lib.PACKAGE)
+class OracleAnchorDDLSC(model_lib.DDLSC):
+  """DDLSC whose pre-training anchors come from the labels (diagnostic).
+
+  oracle="knn_same_label": the batch's kNN pairs that share a label;
+  oracle="all_same_label": every same-label pair (the paper's eq. 2 ideal).
+  """
+
+  def __init__(self, *args, oracle="all_same_label", **kwargs):
+    if oracle not in ORACLES:
+      raise ValueError(f"unknown oracle {oracle!r}; expected one of "
+                       f"{ORACLES}.")
+    self.oracle = oracle
+    super().__init__(*args, **kwargs)
+
+  def _pretrain_step(self, data):
+    x, y = data[0], data[1]
+    same = tf.equal(y[:, None], y[None, :])
+    if self.oracle == "knn_same_label":
+      anchors = tf.logical_and(losses.knn_graph(x, k=self.knn_k).graph, same)
+    else:
+      anchors = tf.logical_and(
+          same, tf.logical_not(tf.eye(tf.shape(y)[0], dtype=tf.bool)))
+    with tf.GradientTape() as tape:
+      z, x_hat = self(x, training=True)
+      total, l_d, l_r = losses.pretrain_loss(
+          x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
+          lambda_r=self.lambda_r)
+    return self._apply(tape, total, (total, l_d, l_r))
+
+  def get_config(self):
+    return {**super().get_config(), "oracle": self.oracle}
