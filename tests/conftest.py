@@ -3,6 +3,7 @@
 import os
 import pathlib
 
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -23,3 +24,17 @@ def tfds_data_dir(tmp_path_factory):
   # One TFDS data_dir for the whole session: MNIST is prepared once (~15 s).
   return os.environ.get("DDLSC_TEST_DATA_DIR",
                         str(tmp_path_factory.mktemp("tfds")))
+
+
+def blobs(n=64, num_classes=4, seed=0):
+  """Tiny 28x28 images from `num_classes` binary templates plus noise."""
+  rng = np.random.default_rng(seed)
+  templates = rng.random((num_classes, 28, 28, 1)) > 0.7
+  labels = np.arange(n) % num_classes
+  x = templates[labels] * 0.8 + rng.random((n, 28, 28, 1)) * 0.2
+  return x.astype(np.float32), labels
+
+
+@pytest.fixture
+def make_blobs():
+  return blobs

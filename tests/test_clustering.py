@@ -112,14 +112,6 @@ def test_stage_losses_combine_terms(batch):
                              rtol=1e-5)
 
 
-def _blobs(n=64, seed=0):
-  rng = np.random.default_rng(seed)
-  templates = rng.random((K, 28, 28, 1)) > 0.7
-  labels = np.arange(n) % K
-  x = templates[labels] * 0.8 + rng.random((n, 28, 28, 1)) * 0.2
-  return x.astype(np.float32), labels
-
-
 def _clustering_model():
   keras.utils.set_random_seed(0)
   config = configs.TINY.replace(knn_k=3, num_clusters=K)
@@ -128,8 +120,8 @@ def _clustering_model():
 
 
 @pytest.mark.parametrize("phase", ["cluster1", "cluster2"])
-def test_stage_steps_lower_their_objective(phase):
-  x, labels = _blobs()
+def test_stage_steps_lower_their_objective(phase, make_blobs):
+  x, labels = make_blobs()
   model, config = _clustering_model()
   model.centroids.assign(
       _unit(np.random.default_rng(0).normal(size=(K, 60))).astype(
@@ -144,8 +136,8 @@ def test_stage_steps_lower_their_objective(phase):
   assert last < first - 0.05, (first, last)
 
 
-def test_empty_cluster_stage_step_is_finite():
-  x, labels = _blobs()
+def test_empty_cluster_stage_step_is_finite(make_blobs):
+  x, labels = make_blobs()
   model, _ = _clustering_model()
   model.centroids.assign(np.eye(K, 60, dtype=np.float32))
   assignments = np.zeros(len(x), np.int32)  # clusters 1..3 empty

@@ -9,16 +9,8 @@ from ddlsc_tf import diagnostics
 from ddlsc_tf import train
 
 
-def _blobs(n=80, seed=0):
-  rng = np.random.default_rng(seed)
-  templates = rng.random((4, 28, 28, 1)) > 0.7
-  labels = np.arange(n) % 4
-  x = templates[labels] * 0.8 + rng.random((n, 28, 28, 1)) * 0.2
-  return x.astype(np.float32), labels
-
-
-def test_anchor_statistics_on_separable_data():
-  x, labels = _blobs()
+def test_anchor_statistics_on_separable_data(make_blobs):
+  x, labels = make_blobs(n=80)
   stats = diagnostics.anchor_statistics(
       x, labels, batch_size=40, k=3, anchor_fraction=0.5, selection="rank",
       num_batches=2, seed=0)
@@ -29,8 +21,8 @@ def test_anchor_statistics_on_separable_data():
 
 
 @pytest.mark.parametrize("oracle", diagnostics.ORACLES)
-def test_oracle_model_trains_and_reloads(oracle, tmp_path):
-  x, labels = _blobs()
+def test_oracle_model_trains_and_reloads(oracle, tmp_path, make_blobs):
+  x, labels = make_blobs(n=80)
   keras.utils.set_random_seed(0)
   model = train.build_model(configs.TINY.replace(knn_k=3), (28, 28, 1),
                             model_class=diagnostics.OracleAnchorDDLSC,

@@ -10,15 +10,6 @@ from ddlsc_tf import losses
 from ddlsc_tf import train
 
 
-def _blobs(n=64, seed=0):
-  """Tiny 28x28 images from 4 templates plus noise."""
-  rng = np.random.default_rng(seed)
-  templates = rng.random((4, 28, 28, 1)) > 0.7
-  labels = np.arange(n) % 4
-  x = templates[labels] * 0.8 + rng.random((n, 28, 28, 1)) * 0.2
-  return x.astype(np.float32), labels
-
-
 def _model(seed=0):
   keras.utils.set_random_seed(seed)
   config = configs.TINY.replace(knn_k=3)
@@ -44,8 +35,8 @@ def test_parameter_count_is_about_paper_size():
   assert 2_800 <= model.autoencoder_params <= 3_600
 
 
-def test_pretrain_steps_lower_the_loss():
-  x, labels = _blobs()
+def test_pretrain_steps_lower_the_loss(make_blobs):
+  x, labels = make_blobs()
   model, config = _model()
   before = _objective(model, x, config)
   model.fit(x, labels, batch_size=len(x), epochs=30, verbose=0)
@@ -59,8 +50,8 @@ def test_unknown_phase_is_rejected():
     model.phase = "bogus"
 
 
-def test_keras_save_reload_gives_identical_model(tmp_path):
-  x, labels = _blobs()
+def test_keras_save_reload_gives_identical_model(tmp_path, make_blobs):
+  x, labels = make_blobs()
   model, _ = _model()
   model.fit(x, labels, batch_size=32, epochs=1, verbose=0)
   model.centroids.assign(np.random.default_rng(0).normal(
