@@ -103,7 +103,7 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
       repeats=eval_repeats)
   result["eval_scores"] = scores
 
-  train._init_centroids(model, images, config)  # pylint: disable=protected-access
+  train.init_centroids(model, images, config)
   assignments = losses.assign_clusters(model.embed(images[:b]),
                                        model.centroids)
   for phase in ("cluster1", "cluster2"):

@@ -303,13 +303,6 @@ def clustering_objective(*, z, centroids, assignments):
   return tf.reduce_mean(tf.reduce_sum(normalize_rows(z) * mu, axis=-1))
 
 
-def _cluster_sums(z, assignments, num_clusters):
-  """One-hot S [B, K], cluster sizes [K] and the batch's C (helpers)."""
-  c = cosine_similarity_matrix(z)
-  s = tf.one_hot(assignments, num_clusters, dtype=c.dtype)
-  return c, s, tf.reduce_sum(s, axis=0)
-
-
 def between_cluster_loss(*, z, assignments, num_clusters):
   """L_b of eq. 9: the largest mean |cosine| between two clusters.
 
@@ -326,7 +319,9 @@ def between_cluster_loss(*, z, assignments, num_clusters):
   Returns:
     Scalar float in [0, 1] (to be minimised).
   """
-  c, s, sizes = _cluster_sums(z, assignments, num_clusters)
+  c = cosine_similarity_matrix(z)
+  s = tf.one_hot(assignments, num_clusters, dtype=c.dtype)  # S, [B, K]
+  sizes = tf.reduce_sum(s, axis=0)
   pair_sums = tf.matmul(s, tf.matmul(tf.abs(c), s), transpose_a=True)
   pair_sizes = sizes[:, None] * sizes[None, :]
   valid = tf.logical_and(pair_sizes > 0,

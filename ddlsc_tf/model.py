@@ -83,8 +83,6 @@ class DDLSC(keras.Model):
       self.centroids = self.add_weight(
           shape=(self.num_clusters, self.latent_dim), initializer="zeros",
           trainable=False, name="centroids")
-    # Encoder and decoder are functional models, built on creation.
-    self.built = True
     terms = {"pretrain": ("loss", "l_d", "l_r"),
              "cluster1": ("loss", "l_c", "l_d", "l_r"),
              "cluster2": ("loss", "l_c", "l_w", "l_b", "l_r")}

@@ -144,7 +144,7 @@ def _phase_result(history, epochs, seconds):
           "history": history}
 
 
-def _init_centroids(model, images, config):
+def init_centroids(model, images, config):
   """Algorithm 2's initialisation: spherical k-means on the whole dataset."""
   _, centroids = metrics.kmeans_on_sphere(
       model.embed(images), num_clusters=config.num_clusters,
@@ -163,7 +163,7 @@ def _cluster_stage(model, images, labels, config, workdir, verbose, phase):
   model.phase = phase
   compile_model(model, config)
   if not _centroids_initialised(model):
-    _init_centroids(model, images, config)
+    init_centroids(model, images, config)
   tensorboard = keras.callbacks.TensorBoard(
       log_dir=os.path.join(workdir, "tb", phase), write_graph=False)
   writer = tf.summary.create_file_writer(
