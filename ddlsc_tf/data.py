@@ -65,26 +65,50 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None):
   return images, labels.astype(np.int64)
 
 
-def train_dataset(images, labels, *, batch_size, seed, assignments=None):
-  """Shuffled full batches (the anchor weights assume |B| is fixed).
+def train_dataset(images, labels, *, batch_size, seed, assignments=None,
+                  first_epoch=0, epochs=1):
+  """Full shuffled batches for epochs [first_epoch, epochs), in one stream.
+
+  Epoch e's order is a fixed permutation drawn from (seed, e), so a run
+  resumed at epoch e sees exactly the batches an uninterrupted one would.
+  The images stay one in-memory tensor; a batch is a gather of its indices.
+  The last N mod |B| images of each permutation are left out (the anchor
+  weights assume |B| is fixed), a different few each epoch.
 
   Args:
     images: [N, H, W, C] float32.
     labels: [N] int64, carried along for evaluation only.
     batch_size: |B|; must not exceed N.
-    seed: shuffle seed; the order differs per epoch but is reproducible.
+    seed: int, shuffle seed.
     assignments: optional [N] int32 cluster ids (clustering phase).
+    first_epoch, epochs: the epochs to cover (as Keras' initial_epoch and
+      epochs).
 
   Returns:
-    tf.data.Dataset of (images [B, H, W, C], labels [B]) or, with
-    assignments, (images, labels, assignments [B]).
+    (dataset, steps_per_epoch): a tf.data.Dataset of (images [B, H, W, C],
+    labels [B]) or, with assignments, (images, labels, assignments [B]),
+    and the number of batches per epoch for `fit(steps_per_epoch=...)`.
   """
   n = len(images)
   if batch_size > n:
     raise ValueError(
         f"batch_size {batch_size} is larger than the dataset ({n} images).")
-  tensors = (images, labels) if assignments is None else (
-      images, labels, assignments)
-  ds = tf.data.Dataset.from_tensor_slices(tensors)
-  ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-  return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+  if not 0 <= first_epoch < epochs:
+    raise ValueError(
+        f"need 0 <= first_epoch < epochs, got {first_epoch} and {epochs}.")
+  steps = n // batch_size
+  tensors = [tf.convert_to_tensor(images), tf.convert_to_tensor(labels)]
+  if assignments is not None:
+    tensors.append(tf.convert_to_tensor(assignments, dtype=tf.int32))
+
+  def epoch_batches(epoch):
+    order = tf.random.experimental.stateless_shuffle(
+        tf.range(n, dtype=tf.int64), seed=tf.stack(
+            [tf.constant(seed, tf.int64), epoch]))
+    return tf.data.Dataset.from_tensor_slices(
+        tf.reshape(order[:steps * batch_size], [steps, batch_size]))
+
+  ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_batches)
+  ds = ds.map(lambda idx: tuple(tf.gather(t, idx) for t in tensors),
+              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return ds.prefetch(tf.data.AUTOTUNE), steps

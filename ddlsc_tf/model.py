@@ -141,6 +141,54 @@ class DDLSC(keras.Model):
     return tf.matmul(losses.normalize_rows(z), self.centroids,
                      transpose_b=True).numpy()
 
+  def serve(self, images):
+    """What the exported model answers, for a batch of images.
+
+    Args:
+      images: [N, H, W, C] float32 in [0, 1] at the training resolution.
+
+    Returns:
+      {"embedding": [N, d] float32 latent z (not normalised),
+       "cluster": [N] int32 index of the most similar centroid,
+       "scores": [N, K] float32 cosine of z to each centroid}.
+    """
+    if self.centroids is None:
+      raise ValueError("serve needs centroids: build the model with "
+                       "num_clusters.")
+    z = self.encoder(images, training=False)
+    scores = tf.matmul(losses.normalize_rows(z), self.centroids,
+                       transpose_b=True)
+    return {"embedding": z, "cluster": tf.argmax(scores, axis=1,
+                                                 output_type=tf.int32),
+            "scores": scores}
+
+  def export(self, filepath, format="tf_saved_model", verbose=None,
+             input_signature=None, **kwargs):
+    """Exports a SavedModel whose default `serve` endpoint is `self.serve`.
+
+    `serve` takes float32 images in [0, 1] [N, H, W, C]; `serve_uint8`
+    takes uint8 images in 0-255 of the same shape. Both return
+    {"embedding", "cluster", "scores"}. The first is also the SavedModel's
+    "serving_default" signature. Load it with plain
+    `tf.saved_model.load(filepath)`; no ddlsc_tf import is needed.
+    Other formats fall back to `keras.Model.export`.
+    """
+    if format != "tf_saved_model" or input_signature is not None:
+      return super().export(filepath, format=format, verbose=verbose,
+                            input_signature=input_signature, **kwargs)
+    archive = keras.export.ExportArchive()
+    archive.track(self)
+    shape = (None, *self.image_shape)
+    archive.add_endpoint(
+        "serve", self.serve,
+        input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
+    archive.add_endpoint(
+        "serve_uint8",
+        lambda images: self.serve(tf.cast(images, tf.float32) / 255.0),
+        input_signature=[tf.TensorSpec(shape, tf.uint8, name="images")])
+    archive.write_out(filepath, verbose=bool(verbose))
+    return None
+
   def _anchors(self, x):
     """Anchor mask and the pairs L_d leaves out (None: eq. 5 as written)."""
     anchors, graph = losses.anchor_mask(

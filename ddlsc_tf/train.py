@@ -2,12 +2,12 @@
 
 Runs the requested phases, evaluates the latent space with k-means every few
 epochs, logs to TensorBoard (DIR/tb) and writes DIR/config.json and
-DIR/result.json.
+DIR/result.json. A checkpoint after every epoch (DIR/checkpoint/) lets a
+killed run continue with `resume=True` exactly where it stopped.
 """
 
-import json
 import os
-import tempfile
+import shutil
 import time
 
 from absl import logging
@@ -16,29 +16,11 @@ import numpy as np
 import tensorflow as tf
 from sklearn import cluster as sklearn_cluster
 
+from ddlsc_tf import checkpoints
 from ddlsc_tf import data
 from ddlsc_tf import losses
 from ddlsc_tf import metrics
 from ddlsc_tf import model as model_lib
-
-
-def write_json_atomic(path, payload):
-  """Writes JSON to a temp file in the same folder, then renames it."""
-  folder = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(payload, f, indent=2)
-      f.write("\n")
-      f.flush()
-      os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)  # mkstemp makes it private
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
 
 def seed_everything(seed):
   """Seeds Python, NumPy and TF, and makes TF ops deterministic."""
@@ -86,15 +68,16 @@ def evaluate(model, images, labels, config):
 class LossPlateauStop(keras.callbacks.Callback):
   """Algorithm 1's stop: |L_d^(i) − L_d^(i−1)| <= ε between epochs."""
 
-  def __init__(self, key, tolerance):
+  def __init__(self, key, tolerance, previous=None):
     super().__init__()
     self.key, self.tolerance = key, tolerance
-    self.previous = None
+    self.previous = previous
 
   def on_epoch_end(self, epoch, logs=None):
     value = (logs or {}).get(self.key)
     if value is None:
       return
+    value = float(value)
     if (self.previous is not None
         and abs(value - self.previous) <= self.tolerance):
       logging.info("%s moved %.2e <= %.2e: stopping after epoch %d",
@@ -109,24 +92,30 @@ class EvaluationCallback(keras.callbacks.Callback):
 
   Adds `eval/acc`, `eval/nmi`, `eval/ari` to the epoch logs, so the
   TensorBoard callback placed after it records them, and keeps a history.
+  `history` and `seconds_before` carry a resumed phase's earlier part.
   """
 
-  def __init__(self, images, labels, config, *, epochs, phase):
+  def __init__(self, images, labels, config, *, epochs, phase, history=(),
+               seconds_before=0.0):
     super().__init__()
     self.images, self.labels, self.config = images, labels, config
     self.epochs, self.phase = epochs, phase
-    self.history = []
+    self.history = list(history)
+    self.seconds_before = seconds_before
     self._start = None
 
   def on_train_begin(self, logs=None):
     self._start = time.time()
+
+  def seconds(self):
+    return self.seconds_before + time.time() - self._start
 
   def on_epoch_end(self, epoch, logs=None):
     done = epoch + 1
     last = done == self.epochs or self.model.stop_training
     if done % self.config.eval_every and not last:
       return
-    seconds = time.time() - self._start
+    seconds = self.seconds()
     scores = evaluate(self.model, self.images, self.labels, self.config)
     self.history.append({"epoch": done, "seconds": round(seconds, 2),
                          **scores})
@@ -135,6 +124,17 @@ class EvaluationCallback(keras.callbacks.Callback):
                  scores["ari"], seconds)
     if logs is not None:
       logs.update({f"eval/{k}": v for k, v in scores.items()})
+
+
+class _EpochEnd(keras.callbacks.Callback):
+  """Calls `fn(epochs_done)` after every epoch (the checkpoint)."""
+
+  def __init__(self, fn):
+    super().__init__()
+    self.fn = fn
+
+  def on_epoch_end(self, epoch, logs=None):
+    self.fn(epoch + 1)
 
 
 def _phase_result(history, epochs, seconds):
@@ -156,86 +156,143 @@ def _centroids_initialised(model):
   return bool(np.any(model.centroids.numpy()))
 
 
-def _cluster_stage(model, images, labels, config, workdir, verbose, phase):
-  """Alternating maximisation of stage I (eq. 8) or stage II (eq. 11)."""
-  iterations = (config.cluster1_iterations if phase == "cluster1"
-                else config.cluster2_iterations)
+def _start_phase(model, phase, config, run, resume_state):
+  """Compiles for `phase`; restores its checkpoint when resuming inside it."""
   model.phase = phase
   compile_model(model, config)
-  if not _centroids_initialised(model):
+  if resume_state is None:
+    return None
+  model.optimizer.build(model.trainable_variables)
+  assignments = run.checkpointer.restore(model, resume_state)
+  logging.info("%s: resuming after epoch %d", phase, resume_state["epoch"])
+  return assignments
+
+
+def _lambda_d(config, iteration, iterations):
+  """Stage I's linear λ_d schedule over the outer iterations."""
+  fraction = min(iteration / max(iterations - 1, 1), 1.0)
+  return config.lambda_d_start + fraction * (config.lambda_d_end -
+                                             config.lambda_d_start)
+
+
+def _cluster_stage(model, images, labels, config, run, phase,
+                   resume_state=None):
+  """Alternating maximisation of stage I (eq. 8) or stage II (eq. 11).
+
+  Each outer iteration: assignments S and centroids μ from the whole
+  dataset, L_c and the scores, then `epochs_per_iteration` epochs on θ with
+  S fixed. A checkpoint after every epoch holds S, so a resumed iteration
+  trains on the assignments it started with.
+  """
+  iterations = (config.cluster1_iterations if phase == "cluster1"
+                else config.cluster2_iterations)
+  seed = config.seed + model_lib.DDLSC.PHASES.index(phase)
+  assignments = _start_phase(model, phase, config, run, resume_state)
+  if resume_state is None and not _centroids_initialised(model):
     init_centroids(model, images, config)
   tensorboard = keras.callbacks.TensorBoard(
-      log_dir=os.path.join(workdir, "tb", phase), write_graph=False)
+      log_dir=os.path.join(run.workdir, "tb", phase), write_graph=False)
   writer = tf.summary.create_file_writer(
-      os.path.join(workdir, "tb", phase, "eval"))
-  history = []
-  start = time.time()
+      os.path.join(run.workdir, "tb", phase, "eval"))
+  s = resume_state or {"iteration": 0, "epoch": 0, "iteration_end": 0,
+                       "previous_l_c": None, "history": [], "seconds": 0.0}
+  iteration, epoch, history = s["iteration"], s["epoch"], s["history"]
+  previous_l_c, iteration_end = s["previous_l_c"], s["iteration_end"]
+  pending = resume_state is not None and epoch < iteration_end
+  if resume_state is not None and not pending:
+    iteration += 1  # the checkpoint ended that iteration's last epoch
+  start = time.time() - s["seconds"]
+
+  def checkpoint(epochs_done):
+    run.save({"phase": phase, "iteration": iteration, "epoch": epochs_done,
+              "iteration_end": iteration_end, "previous_l_c": previous_l_c,
+              "history": history, "seconds": time.time() - start},
+             assignments=assignments)
+
   try:
-    previous_l_c, epoch = None, 0
-    for iteration in range(iterations + 1):
+    while True:
       if phase == "cluster1":
-        fraction = iteration / max(iterations - 1, 1)
-        model.lambda_d.assign(config.lambda_d_start + min(fraction, 1.0) * (
-            config.lambda_d_end - config.lambda_d_start))
-      z = model.embed(images)
-      assignments = losses.assign_clusters(z, model.centroids).numpy()
-      model.centroids.assign(losses.update_centroids(
-          z, assignments, model.centroids))
-      l_c = float(losses.clustering_objective(
-          z=z, centroids=model.centroids, assignments=assignments))
-      scores = metrics.clustering_scores(labels, assignments)
-      seconds = time.time() - start
-      history.append({"iteration": iteration, "epoch": epoch, "l_c": l_c,
-                      "seconds": round(seconds, 2), **scores})
-      logging.info("%s iteration %d (epoch %d): L_c=%.4f acc=%.4f nmi=%.4f "
-                   "ari=%.4f (%.0f s)", phase, iteration, epoch, l_c,
-                   scores["acc"], scores["nmi"], scores["ari"], seconds)
-      with writer.as_default(step=epoch):
-        for key in ("acc", "nmi", "ari", "l_c"):
-          tf.summary.scalar(f"eval/{key}", history[-1][key])
-      converged = (previous_l_c is not None
-                   and abs(l_c - previous_l_c) < config.cluster_tolerance)
-      if iteration == iterations or converged:
-        break
-      previous_l_c = l_c
-      dataset = data.train_dataset(
+        model.lambda_d.assign(_lambda_d(config, iteration, iterations))
+      if not pending:
+        z = model.embed(images)
+        assignments = losses.assign_clusters(z, model.centroids).numpy()
+        model.centroids.assign(losses.update_centroids(
+            z, assignments, model.centroids))
+        l_c = float(losses.clustering_objective(
+            z=z, centroids=model.centroids, assignments=assignments))
+        scores = metrics.clustering_scores(labels, assignments)
+        history.append({"iteration": iteration, "epoch": epoch, "l_c": l_c,
+                        "seconds": round(time.time() - start, 2), **scores})
+        logging.info("%s iteration %d (epoch %d): L_c=%.4f acc=%.4f "
+                     "nmi=%.4f ari=%.4f (%.0f s)", phase, iteration, epoch,
+                     l_c, scores["acc"], scores["nmi"], scores["ari"],
+                     time.time() - start)
+        with writer.as_default(step=epoch):
+          for key in ("acc", "nmi", "ari", "l_c"):
+            tf.summary.scalar(f"eval/{key}", history[-1][key])
+        converged = (previous_l_c is not None
+                     and abs(l_c - previous_l_c) < config.cluster_tolerance)
+        if iteration == iterations or converged:
+          break
+        previous_l_c = l_c
+        iteration_end = epoch + config.epochs_per_iteration
+      pending = False
+      dataset, steps = data.train_dataset(
           images, labels, assignments=assignments.astype(np.int32),
-          batch_size=config.batch_size, seed=config.seed + iteration + 1)
-      model.fit(dataset, initial_epoch=epoch,
-                epochs=epoch + config.epochs_per_iteration,
-                callbacks=[tensorboard], verbose=verbose)
-      epoch += config.epochs_per_iteration
+          batch_size=config.batch_size, seed=seed, first_epoch=epoch,
+          epochs=iteration_end)
+      model.fit(dataset, steps_per_epoch=steps, initial_epoch=epoch,
+                epochs=iteration_end,
+                callbacks=[tensorboard, _EpochEnd(checkpoint)],
+                verbose=run.verbose)
+      epoch = iteration_end
+      iteration += 1
   finally:
     writer.close()
   return _phase_result(history, epoch, time.time() - start)
 
 
-def _pretrain(model, images, labels, config, workdir, verbose):
-  model.phase = "pretrain"
-  compile_model(model, config)
-  evaluation = EvaluationCallback(images, labels, config,
-                                  epochs=config.pretrain_epochs,
-                                  phase="pretrain")
+def _pretrain(model, images, labels, config, run, resume_state=None):
+  _start_phase(model, "pretrain", config, run, resume_state)
+  s = resume_state or {"epoch": 0, "history": [], "seconds": 0.0,
+                       "plateau": None, "stopped": False}
+  evaluation = EvaluationCallback(
+      images, labels, config, epochs=config.pretrain_epochs,
+      phase="pretrain", history=s["history"], seconds_before=s["seconds"])
+  if s["stopped"] or s["epoch"] >= config.pretrain_epochs:
+    return _phase_result(evaluation.history, s["epoch"], s["seconds"])
   tensorboard = keras.callbacks.TensorBoard(
-      log_dir=os.path.join(workdir, "tb", "pretrain"), write_graph=False)
-  callbacks = [evaluation, tensorboard]
+      log_dir=os.path.join(run.workdir, "tb", "pretrain"), write_graph=False)
+  plateau = LossPlateauStop("pretrain/l_d", config.pretrain_tolerance,
+                            previous=s["plateau"])
+  epochs_done = [s["epoch"]]
+
+  def checkpoint(done):
+    epochs_done[0] = done
+    run.save({"phase": "pretrain", "epoch": done,
+              "history": evaluation.history, "seconds": evaluation.seconds(),
+              "plateau": plateau.previous,
+              "stopped": bool(model.stop_training)})
+
+  # Plateau first, so the evaluation sees stop_training and scores the last
+  # epoch; the checkpoint last, so it saves that score.
+  callbacks = [evaluation, tensorboard, _EpochEnd(checkpoint)]
   if config.pretrain_tolerance > 0:
-    # First, so the evaluation sees stop_training and scores the last epoch.
-    callbacks.insert(0, LossPlateauStop("pretrain/l_d",
-                                        config.pretrain_tolerance))
-  start = time.time()
-  fit = model.fit(
-      data.train_dataset(images, labels, batch_size=config.batch_size,
-                         seed=config.seed),
-      epochs=config.pretrain_epochs, callbacks=callbacks, verbose=verbose)
-  return _phase_result(evaluation.history, len(fit.epoch),
-                       time.time() - start)
+    callbacks.insert(0, plateau)
+  dataset, steps = data.train_dataset(
+      images, labels, batch_size=config.batch_size, seed=config.seed,
+      first_epoch=s["epoch"], epochs=config.pretrain_epochs)
+  model.fit(dataset, steps_per_epoch=steps, initial_epoch=s["epoch"],
+            epochs=config.pretrain_epochs, callbacks=callbacks,
+            verbose=run.verbose)
+  return _phase_result(evaluation.history, epochs_done[0],
+                       evaluation.seconds())
 
 
 _RUNNERS = {
     "pretrain": _pretrain,
-    "cluster1": lambda *a: _cluster_stage(*a, phase="cluster1"),
-    "cluster2": lambda *a: _cluster_stage(*a, phase="cluster2"),
+    "cluster1": lambda *a, **k: _cluster_stage(*a, phase="cluster1", **k),
+    "cluster2": lambda *a, **k: _cluster_stage(*a, phase="cluster2", **k),
 }
 
 
@@ -257,12 +314,80 @@ def check_phases(phases, init_from):
         f"phase (init_from=WORKDIR/{order[first - 1]}.keras).")
 
 
+def check_config_for_data(config, num_examples):
+  """What only the data's size can tell, checked before any training."""
+  if num_examples < 1:
+    raise ValueError("the dataset is empty: no images to cluster.")
+  if config.batch_size > num_examples:
+    raise ValueError(
+        f"batch_size {config.batch_size} is larger than the dataset "
+        f"({num_examples} images); use --batch_size <= {num_examples}.")
+  if config.num_clusters > num_examples:
+    raise ValueError(
+        f"num_clusters {config.num_clusters} is more than the "
+        f"{num_examples} images to cluster.")
+
+
+# What a run writes in its workdir; --overwrite removes exactly these.
+_RUN_OUTPUTS = ("config.json", "result.json", "checkpoint", "tb", "export",
+                "model.keras") + tuple(f"{p}.keras"
+                                       for p in model_lib.DDLSC.PHASES)
+
+
+def _prepare_workdir(workdir, config, *, resume, overwrite):
+  """Refuses a workdir holding another run unless told what to do."""
+  if resume and overwrite:
+    raise ValueError("resume and overwrite exclude each other: resume "
+                     "continues the run in the workdir, overwrite deletes it.")
+  config_path = os.path.join(workdir, "config.json")
+  found = [n for n in _RUN_OUTPUTS if os.path.exists(os.path.join(workdir, n))]
+  if found and overwrite:
+    for name in found:
+      path = os.path.join(workdir, name)
+      (shutil.rmtree if os.path.isdir(path) else os.remove)(path)
+  elif found and resume and os.path.exists(config_path):
+    saved = checkpoints.read_json(config_path)
+    current = checkpoints.json_round_trip(config.to_dict())
+    differ = sorted(k for k in set(saved) | set(current)
+                    if saved.get(k) != current.get(k))
+    if differ:
+      raise ValueError(
+          f"cannot resume the run in {workdir}: its config differs in "
+          + ", ".join(f"{k} (saved {saved.get(k)!r}, now {current.get(k)!r})"
+                      for k in differ)
+          + ". Resume with the same flags, or use another workdir.")
+  elif found and not resume:
+    raise FileExistsError(
+        f"workdir {workdir} already holds a run ({', '.join(found)}); pass "
+        f"--resume to continue it, --overwrite to replace it, or choose "
+        f"another --workdir.")
+  os.makedirs(workdir, exist_ok=True)
+  checkpoints.write_json_atomic(config_path, config.to_dict())
+
+
+class _Run:
+  """What the phases share: where to write, and the checkpoint state."""
+
+  def __init__(self, model, workdir, verbose, checkpointer, result, done):
+    self.model, self.workdir, self.verbose = model, workdir, verbose
+    self.checkpointer = checkpointer
+    self.result, self.done = result, done
+
+  def save(self, phase_state, assignments=None):
+    self.checkpointer.save(
+        self.model, dict(phase_state, result=self.result,
+                          done=list(self.done)), assignments=assignments)
+
+
 def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
-                       init_from=None, verbose="auto", build=build_model):
+                       init_from=None, verbose="auto", build=build_model,
+                       resume=False, overwrite=False):
   """Runs `config.phases` and writes config.json / result.json in workdir.
 
   After each phase the model is saved as DIR/<phase>.keras, so a later run
-  can start from it (`init_from`); the last one is also DIR/model.keras.
+  can start from it (`init_from`); the last one is also DIR/model.keras and
+  the SavedModel DIR/export (see `DDLSC.export`). After every epoch DIR/checkpoint/ is updated, so `resume=True` continues
+  a killed run from its last epoch, in the right phase.
 
   Args:
     config: a `configs.Config`.
@@ -272,17 +397,25 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     init_from: a saved .keras model to start from instead of a fresh one.
     verbose: Keras `fit` verbosity.
     build: (config, input_shape) -> model; diagnostics swap the model class.
+    resume: continue the run in workdir from its last checkpoint (the
+      config must be the same); starts afresh when there is none.
+    overwrite: delete an earlier run's outputs in workdir first.
 
   Returns:
     The result dict written to DIR/result.json.
+
+  Raises:
+    FileExistsError: workdir holds a run and neither resume nor overwrite.
+    ValueError: a config that does not fit the data, or a resume with a
+      different config.
   """
   check_phases(config.phases, init_from)
-  os.makedirs(workdir, exist_ok=True)
-  write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
+  _prepare_workdir(workdir, config, resume=resume, overwrite=overwrite)
 
   images, labels = data.load_images(
       config.dataset, data_dir=data_dir, manual_dir=manual_dir,
       max_examples=config.max_examples)
+  check_config_for_data(config, len(images))
   logging.info("%s: %d images of shape %s", config.dataset, len(images),
                images.shape[1:])
 
@@ -290,7 +423,9 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   # from the global RNGs, which would make a first run differ from a rerun.
   seed_everything(config.seed)
   model = build(config, images.shape[1:])
-  if init_from is not None:
+  checkpointer = checkpoints.Checkpointer(os.path.join(workdir, "checkpoint"))
+  state = checkpointer.load() if resume else None
+  if state is None and init_from is not None:
     # Weights only: the hyper-parameters are this run's config, not the
     # saved model's, so flags given with --init_from take effect.
     try:
@@ -305,26 +440,42 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
                model.latent_dim, params, model.encoder.count_params(),
                model.decoder.count_params())
 
-  result = {"dataset": config.dataset, "seed": config.seed,
-            "num_examples": int(len(images)), "params": params,
-            "latent_dim": model.latent_dim, "init_from": init_from,
-            "phases": {}}
+  if state is None:
+    result = {"dataset": config.dataset, "seed": config.seed,
+              "num_examples": int(len(images)), "params": params,
+              "latent_dim": model.latent_dim, "init_from": init_from,
+              "phases": {}}
+    done = []
+  else:
+    result, done = state["result"], state["done"]
+    if state.get("phase") is None:  # saved at a phase boundary
+      checkpointer.restore(model, state)
+    logging.info("resuming %s: phases done %s", workdir, done)
+  run = _Run(model, workdir, verbose, checkpointer, result, done)
+
   for phase in config.phases:
+    if phase in done:
+      continue
+    inside = state if state and state.get("phase") == phase else None
     result["phases"][phase] = _RUNNERS[phase](
-        model, images, labels, config, workdir, verbose)
+        model, images, labels, config, run, resume_state=inside)
     last = result["phases"][phase]
     result["final"] = {k: last[k] for k in ("acc", "nmi", "ari")}
-    _save_model_atomic(model, os.path.join(workdir, f"{phase}.keras"))
-    write_json_atomic(os.path.join(workdir, "result.json"), result)
+    done.append(phase)
+    checkpoints.save_model_atomic(model,
+                                  os.path.join(workdir, f"{phase}.keras"))
+    checkpoints.write_json_atomic(os.path.join(workdir, "result.json"), result)
+    run.save({"phase": None})
 
-  _save_model_atomic(model, os.path.join(workdir, "model.keras"))
+  if not _centroids_initialised(model):
+    # Pre-training only: the exported model's clusters are the k-means
+    # ones its evaluation scored (same seed).
+    init_centroids(model, images, config)
+  checkpoints.save_model_atomic(model, os.path.join(workdir, "model.keras"))
+  checkpoints.export_atomic(model, os.path.join(workdir, "export"))
+  logging.info("saved %s/model.keras and the SavedModel %s/export",
+               workdir, workdir)
   return result
-
-
-def _save_model_atomic(model, path):
-  tmp = path + ".tmp.keras"
-  model.save(tmp)
-  os.replace(tmp, path)
 
 
 def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):

@@ -8,6 +8,7 @@ import json
 from absl import app
 from absl import flags
 
+from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import train
 
@@ -30,7 +31,7 @@ def main(argv):
                                      manual_dir=FLAGS.manual_dir)
   print(json.dumps(result, indent=2))
   if FLAGS.out:
-    train.write_json_atomic(FLAGS.out, result)
+    checkpoints.write_json_atomic(FLAGS.out, result)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from absl import app
 from absl import flags
 
 from ddlsc_tf import benchmark
+from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
 from ddlsc_tf import train
@@ -53,7 +54,7 @@ def main(argv):
   width = max(len(name) for name, _ in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value}")
-  train.write_json_atomic(FLAGS.out, result)
+  checkpoints.write_json_atomic(FLAGS.out, result)
   print(f"wrote {FLAGS.out}")
 
 

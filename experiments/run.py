@@ -24,6 +24,11 @@ flags.DEFINE_enum("verbose", "auto", ["auto", "0", "1", "2"],
 flags.DEFINE_string("init_from", None,
                     "A .keras model saved by an earlier phase to start from "
                     "(needed when --phases does not start with pretrain).")
+flags.DEFINE_bool("resume", False,
+                  "Continue the run in --workdir from its last checkpoint "
+                  "(same flags); starts afresh if it has none.")
+flags.DEFINE_bool("overwrite", False,
+                  "Delete an earlier run's outputs in --workdir first.")
 
 
 def _define_overrides():
@@ -69,6 +74,7 @@ def main(argv):
   train.train_and_evaluate(config, FLAGS.workdir, data_dir=FLAGS.data_dir,
                            manual_dir=FLAGS.manual_dir,
                            init_from=FLAGS.init_from,
+                           resume=FLAGS.resume, overwrite=FLAGS.overwrite,
                            verbose=(FLAGS.verbose if FLAGS.verbose == "auto"
                                     else int(FLAGS.verbose)))
 

@@ -2,8 +2,10 @@
 
 import json
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,9 +67,7 @@ def test_same_seed_same_numbers(smoke, tmp_path, tfds_data_dir,
                                 mnist_manual_dir):
   _, first = smoke
   second = _run(tmp_path, tfds_data_dir, mnist_manual_dir)
-  strip = lambda r: [(h["acc"], h["nmi"], h["ari"])
-                     for p in r["phases"].values() for h in p["history"]]
-  assert strip(first) == strip(second)
+  assert _scores(first) == _scores(second)
 
 
 def test_later_phase_starts_from_saved_model(smoke, tmp_path, tfds_data_dir,
@@ -101,3 +101,52 @@ def test_flag_overrides_reach_the_config(tmp_path, tfds_data_dir,
   assert result["params"] < 3_000  # the narrower encoder was built
   # Algorithm 1's stop: a tolerance of 100 ends after the second epoch.
   assert result["phases"]["pretrain"]["epochs"] == 2
+
+
+def _scores(result):
+  return [(h["acc"], h["nmi"], h["ari"])
+          for p in result["phases"].values() for h in p["history"]]
+
+
+def test_killed_run_resumes_to_the_same_result(smoke, tmp_path,
+                                               tfds_data_dir,
+                                               mnist_manual_dir):
+  """SIGKILL after the first checkpoint, then --resume: the run finishes
+  with the numbers of the uninterrupted smoke run (same flags, same seed)."""
+  cmd = [sys.executable, "-m", "experiments.run", "--dataset=tiny",
+         f"--workdir={tmp_path}", f"--data_dir={tfds_data_dir}",
+         f"--manual_dir={mnist_manual_dir}"]
+  proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  state = tmp_path / "checkpoint" / "state.json"
+  deadline = time.time() + 300
+  while not state.exists() and proc.poll() is None:
+    assert time.time() < deadline, "no checkpoint within 300 s"
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert not (tmp_path / "model.keras").exists(), "killed too late"
+  interrupted = json.loads(state.read_text())
+  # Refused without --resume: the workdir holds a run.
+  refused = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+  assert refused.returncode != 0
+  assert "--resume" in refused.stderr
+  result = _run(tmp_path, tfds_data_dir, mnist_manual_dir, "--resume")
+  assert list(result["phases"]) == ["pretrain", "cluster1", "cluster2"]
+  assert _scores(result) == _scores(smoke[1])
+  assert interrupted["checkpoint"] >= 1
+  assert not list(tmp_path.rglob(".tmp-*")), "a temp file was left behind"
+  # A finished run resumes to itself without training again.
+  again = _run(tmp_path, tfds_data_dir, mnist_manual_dir, "--resume")
+  assert _scores(again) == _scores(result)
+
+
+def test_resume_with_other_flags_is_refused(smoke, tmp_path, tfds_data_dir,
+                                            mnist_manual_dir):
+  workdir, _ = smoke
+  cmd = [sys.executable, "-m", "experiments.run", "--dataset=tiny",
+         f"--workdir={workdir}", f"--data_dir={tfds_data_dir}",
+         f"--manual_dir={mnist_manual_dir}", "--resume", "--alpha=0.5"]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode != 0
+  assert "alpha (saved 0.1, now 0.5)" in proc.stderr

@@ -1,0 +1,150 @@
+"""Files a run writes, each written whole or not at all.
+
+Every file goes to a temp name in its own folder and is renamed into place
+(`os.replace` is atomic on POSIX), so a run killed at any moment leaves
+either the old file or the new one, never half of one.
+
+`Checkpointer` keeps DIR/checkpoint/: the weights (with the optimizer's
+state), the cluster assignments of the current outer iteration and a small
+`state.json` saying where the run is. state.json is written last and names
+the files it belongs to, so it never points at a file that is not complete;
+older files are removed only after it has moved on.
+"""
+
+import glob
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+
+def _atomic(path, write, suffix):
+  folder = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
+  os.close(fd)
+  try:
+    write(tmp)
+    with open(tmp, "rb") as f:
+      os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)  # mkstemp makes it private
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def write_json_atomic(path, payload):
+  """Writes JSON to a temp file in the same folder, then renames it."""
+  def write(tmp):
+    with open(tmp, "w") as f:
+      json.dump(payload, f, indent=2)
+      f.write("\n")
+  _atomic(path, write, ".json")
+
+
+def read_json(path):
+  with open(path) as f:
+    return json.load(f)
+
+
+def json_round_trip(payload):
+  """payload as it reads back from JSON (tuples become lists)."""
+  return json.loads(json.dumps(payload))
+
+
+def save_model_atomic(model, path):
+  """`model.save(path)` (.keras) through a temp file."""
+  _atomic(path, model.save, ".keras")
+
+
+def save_weights_atomic(model, path):
+  """`model.save_weights(path)` (.weights.h5, optimizer state included)."""
+  _atomic(path, model.save_weights, ".weights.h5")
+
+
+def export_atomic(model, folder):
+  """`model.export(folder)` (a SavedModel folder) through a temp folder."""
+  parent = os.path.dirname(os.path.abspath(folder))
+  tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
+  old = None
+  try:
+    model.export(tmp, verbose=False)
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private
+    if os.path.exists(folder):
+      old = tempfile.mkdtemp(dir=parent, prefix=".old-export-")
+      os.replace(folder, os.path.join(old, "export"))
+    os.replace(tmp, folder)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  finally:
+    if old is not None:
+      shutil.rmtree(old, ignore_errors=True)
+
+
+def save_npy_atomic(path, array):
+  def write(tmp):
+    with open(tmp, "wb") as f:
+      np.save(f, array)
+  _atomic(path, write, ".npy")
+
+
+class Checkpointer:
+  """Saves and restores where a run is, in `folder`.
+
+  The state is a JSON-serialisable dict owned by the driver (phase, epoch,
+  histories, the partial result); the checkpointer adds the names of the
+  weights and assignments files it wrote with it.
+  """
+
+  STATE = "state.json"
+
+  def __init__(self, folder):
+    self.folder = folder
+    self._count = 0
+    state = self.load()
+    if state is not None:
+      self._count = state["checkpoint"]
+
+  def load(self):
+    """The last saved state, or None when there is none."""
+    path = os.path.join(self.folder, self.STATE)
+    if not os.path.exists(path):
+      return None
+    try:
+      with open(path) as f:
+        return json.load(f)
+    except ValueError as e:
+      raise ValueError(f"checkpoint state {path} is not valid JSON ({e}); "
+                       f"remove {self.folder} to start over.") from e
+
+  def save(self, model, state, assignments=None):
+    os.makedirs(self.folder, exist_ok=True)
+    self._count += 1
+    stem = f"ckpt-{self._count:06d}"
+    weights = stem + ".weights.h5"
+    save_weights_atomic(model, os.path.join(self.folder, weights))
+    saved = dict(state, checkpoint=self._count, weights=weights,
+                 assignments=None)
+    if assignments is not None:
+      saved["assignments"] = stem + ".assignments.npy"
+      save_npy_atomic(os.path.join(self.folder, saved["assignments"]),
+                      np.asarray(assignments, np.int32))
+    write_json_atomic(os.path.join(self.folder, self.STATE), saved)
+    for path in glob.glob(os.path.join(self.folder, "ckpt-*")):
+      if not os.path.basename(path).startswith(stem):
+        os.remove(path)
+
+  def restore(self, model, state):
+    """Loads the state's weights into `model` (optimizer built first).
+
+    Returns:
+      The saved assignments [N] int32, or None.
+    """
+    model.load_weights(os.path.join(self.folder, state["weights"]))
+    if state.get("assignments"):
+      return np.load(os.path.join(self.folder, state["assignments"]))
+    return None
