@@ -21,5 +21,6 @@ setuptools.setup(
                                                "experiments"]),
     python_requires=">=3.10",
     install_requires=REQUIREMENTS,
-    extras_require={"test": ["pytest>=8"]},
+    extras_require={"test": ["pytest>=8", "matplotlib>=3.5"],
+                    "plots": ["matplotlib>=3.5"]},
 )

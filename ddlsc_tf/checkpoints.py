@@ -45,6 +45,13 @@ def write_json_atomic(path, payload):
   _atomic(path, write, ".json")
 
 
+def write_text_atomic(path, text):
+  def write(tmp):
+    with open(tmp, "w") as f:
+      f.write(text)
+  _atomic(path, write, ".txt")
+
+
 def read_json(path):
   with open(path) as f:
     return json.load(f)

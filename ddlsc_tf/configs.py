@@ -48,10 +48,18 @@ class Config:
   # Evaluation (k-means on the normalised latent every `eval_every` epochs).
   eval_every: int = 5
   kmeans_n_init: int = 4
+  # Pictures after each phase (t-SNE of this many points and a confusion
+  # matrix, as PNGs and in TensorBoard); 0: none. Needs matplotlib.
+  tsne_points: int = 10000
   # Run.
   seed: int = 0
   max_examples: Optional[int] = None
   phases: Tuple[str, ...] = ("pretrain", "cluster1", "cluster2")
+  # Own image folders (dataset "folder:PATH"): resize to image_size x
+  # image_size (None: as stored) and to 1 or 3 channels (None: 1 if every
+  # image is gray).
+  image_size: Optional[int] = None
+  channels: Optional[int] = None
 
   def __post_init__(self):
     positive = ("num_clusters", "batch_size", "pretrain_epochs", "knn_k",
@@ -64,6 +72,25 @@ class Config:
           f"anchor_fraction must be in (0, 1], got {self.anchor_fraction}.")
     if not 0.0 <= self.alpha < 1.0:
       raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
+    if self.num_clusters < 2:
+      raise ValueError(
+          f"num_clusters must be >= 2, got {self.num_clusters}: one cluster "
+          f"needs no clustering.")
+    if self.knn_k >= self.batch_size:
+      raise ValueError(
+          f"knn_k {self.knn_k} must be smaller than batch_size "
+          f"{self.batch_size}: each point needs k neighbours in its batch.")
+    if self.image_size is not None and self.image_size < 8:
+      raise ValueError(
+          f"image_size must be >= 8 (three 2x2 poolings), got "
+          f"{self.image_size}.")
+    if self.channels not in (None, 1, 3):
+      raise ValueError(f"channels must be 1 or 3, got {self.channels}.")
+    phases = ("pretrain", "cluster1", "cluster2")
+    unknown = [p for p in self.phases if p not in phases]
+    if unknown or not self.phases:
+      raise ValueError(f"unknown phases {unknown or list(self.phases)}; "
+                       f"expected names from {list(phases)}.")
 
   def replace(self, **changes):
     return dataclasses.replace(self, **changes)
@@ -101,13 +128,54 @@ TINY = MNIST.replace(
     eval_every=1, kmeans_n_init=1, max_examples=300,
     cluster1_iterations=2, cluster2_iterations=2, epochs_per_iteration=1)
 
-PRESETS = {"mnist": MNIST, "tiny": TINY}
+# Own images (--dataset=folder:PATH): MNIST's method and network, images
+# resized to 32x32 (latent 3x3x15 = 135), smaller batches for small folders.
+# Ours: the paper has no such setting.
+FOLDER = MNIST.replace(dataset="folder", image_size=32, batch_size=256)
+
+PRESETS = {"mnist": MNIST, "tiny": TINY, "folder": FOLDER}
+FOLDER_PREFIX = "folder:"
 
 
 def get_preset(name):
+  """The preset of a dataset name; "folder:PATH" gets FOLDER for PATH."""
+  if name.startswith(FOLDER_PREFIX):
+    if not name[len(FOLDER_PREFIX):]:
+      raise ValueError(f"dataset {name!r} names no folder: use "
+                       f"{FOLDER_PREFIX}PATH.")
+    return FOLDER.replace(dataset=name)
   try:
     return PRESETS[name]
   except KeyError:
     raise ValueError(
-        f"unknown preset {name!r}; expected one of {sorted(PRESETS)}."
+        f"unknown dataset {name!r}; expected one of {sorted(PRESETS)} or "
+        f"{FOLDER_PREFIX}PATH (a folder of images or a .npy array)."
     ) from None
+
+
+def for_images(image_shape, *, num_clusters, num_examples, **overrides):
+  """A config for arrays of images of `image_shape` (the estimator's).
+
+  A preset whose images have this shape is used as is (28x28x1: MNIST);
+  otherwise MNIST's method with "same" paddings and enough last-layer
+  filters for a latent of >= 60 values. The batch is at most a quarter of
+  the data, so every epoch has several batches (ours).
+
+  Args:
+    image_shape: (H, W, C), H and W >= 8.
+    num_clusters: K.
+    num_examples: N, the number of images to fit.
+    **overrides: any Config field.
+  """
+  h, w, c = (int(v) for v in image_shape)
+  if min(h, w) < 8:
+    raise ValueError(f"images must be at least 8x8 (three 2x2 poolings), "
+                     f"got {h}x{w}.")
+  base = MNIST if (h, w, c) == (28, 28, 1) else MNIST.replace(
+      paddings=("same", "same", "same"),
+      encoder_filters=(8, 8, max(15, -(-60 // ((h // 8) * (w // 8))))))
+  batch = min(base.batch_size, max(num_examples // 4, 2))
+  changes = dict(dataset="array", num_clusters=num_clusters,
+                 batch_size=batch, knn_k=min(base.knn_k, batch - 1))
+  changes.update(overrides)
+  return base.replace(**changes)

@@ -12,6 +12,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from ddlsc_tf import image_folder
+from ddlsc_tf.configs import FOLDER_PREFIX
+
 # name → (TFDS builder name, split holding every image, number of classes).
 DATASETS = {
     "mnist": ("mnist", "train+test", 10),
@@ -31,20 +34,33 @@ def _spec(dataset):
     ) from None
 
 
-def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None):
-  """Loads a whole dataset with TFDS.
+def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
+                image_size=None, channels=None):
+  """Loads a whole dataset with TFDS, or the user's images.
 
   Args:
-    dataset: a key of `DATASETS`.
+    dataset: a key of `DATASETS`, or "folder:PATH" for a folder of images
+      (one sub-folder per class gives labels, for evaluation only) or a .npy
+      array of images (see `image_folder.load_images_from_path`).
     data_dir: TFDS data directory (default: TFDS's own, ~/tensorflow_datasets).
     manual_dir: folder holding the raw archives for offline preparation
       (TFDS `DownloadConfig.manual_dir`); None downloads where there is a
       network.
-    max_examples: keep only the first N images (None: all).
+    max_examples: keep only the first N images (None: all); for a folder,
+      N evenly spaced ones.
+    image_size: folder only: resize to image_size x image_size.
+    channels: folder only: 1 or 3 (None: 1 if every image is gray).
 
   Returns:
-    (images [N, H, W, C] float32 in [0, 1], labels [N] int64).
+    (images [N, H, W, C] float32 in [0, 1], labels [N] int64, or None for
+    a folder without class sub-folders).
   """
+  if dataset.startswith(FOLDER_PREFIX):
+    loaded = image_folder.load_images_from_path(
+        dataset[len(FOLDER_PREFIX):], channels=channels,
+        image_size=None if image_size is None else (image_size, image_size),
+        max_examples=max_examples)
+    return loaded.images, loaded.labels
   builder_name, split, _ = _spec(dataset)
   if max_examples is not None and max_examples < 1:
     raise ValueError(f"max_examples must be >= 1, got {max_examples}.")

@@ -21,6 +21,7 @@ from ddlsc_tf import data
 from ddlsc_tf import losses
 from ddlsc_tf import metrics
 from ddlsc_tf import model as model_lib
+from ddlsc_tf import validation
 
 def seed_everything(seed):
   """Seeds Python, NumPy and TF, and makes TF ops deterministic."""
@@ -57,7 +58,12 @@ def compile_model(model, config):
 
 
 def evaluate(model, images, labels, config):
-  """k-means on the normalised latent of every image → ACC/NMI/ARI."""
+  """k-means on the normalised latent of every image → ACC/NMI/ARI.
+
+  Returns {} when there are no labels (own images): nothing to score.
+  """
+  if labels is None:
+    return {}
   z = model.embed(images)
   assignments, _ = metrics.kmeans_on_sphere(
       z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
@@ -113,7 +119,7 @@ class EvaluationCallback(keras.callbacks.Callback):
   def on_epoch_end(self, epoch, logs=None):
     done = epoch + 1
     last = done == self.epochs or self.model.stop_training
-    if done % self.config.eval_every and not last:
+    if self.labels is None or (done % self.config.eval_every and not last):
       return
     seconds = self.seconds()
     scores = evaluate(self.model, self.images, self.labels, self.config)
@@ -138,9 +144,10 @@ class _EpochEnd(keras.callbacks.Callback):
 
 
 def _phase_result(history, epochs, seconds):
-  final = history[-1]
+  """acc/nmi/ari of the phase's last evaluation (None without labels)."""
+  final = history[-1] if history else {}
   return {"epochs": epochs, "seconds": round(seconds, 2),
-          "acc": final["acc"], "nmi": final["nmi"], "ari": final["ari"],
+          **{k: final.get(k) for k in ("acc", "nmi", "ari")},
           "history": history}
 
 
@@ -220,15 +227,16 @@ def _cluster_stage(model, images, labels, config, run, phase,
             z, assignments, model.centroids))
         l_c = float(losses.clustering_objective(
             z=z, centroids=model.centroids, assignments=assignments))
-        scores = metrics.clustering_scores(labels, assignments)
+        scores = ({} if labels is None
+                  else metrics.clustering_scores(labels, assignments))
         history.append({"iteration": iteration, "epoch": epoch, "l_c": l_c,
                         "seconds": round(time.time() - start, 2), **scores})
-        logging.info("%s iteration %d (epoch %d): L_c=%.4f acc=%.4f "
-                     "nmi=%.4f ari=%.4f (%.0f s)", phase, iteration, epoch,
-                     l_c, scores["acc"], scores["nmi"], scores["ari"],
+        logging.info("%s iteration %d (epoch %d): L_c=%.4f %s(%.0f s)",
+                     phase, iteration, epoch, l_c,
+                     "".join(f"{k}={v:.4f} " for k, v in scores.items()),
                      time.time() - start)
         with writer.as_default(step=epoch):
-          for key in ("acc", "nmi", "ari", "l_c"):
+          for key in ("l_c", *scores):
             tf.summary.scalar(f"eval/{key}", history[-1][key])
         converged = (previous_l_c is not None
                      and abs(l_c - previous_l_c) < config.cluster_tolerance)
@@ -296,6 +304,56 @@ _RUNNERS = {
 }
 
 
+def _pictures(model, images, labels, config, workdir, phase, phase_result):
+  """t-SNE of the latent (coloured by class) and the confusion matrix after
+  the Hungarian mapping, as DIR/<kind>_<phase>.png and TensorBoard images."""
+  if config.tsne_points == 0:
+    return
+  from ddlsc_tf import plots  # pylint: disable=import-outside-toplevel
+  z = model.embed(images)
+  if phase == "pretrain" or not _centroids_initialised(model):
+    assignments, _ = metrics.kmeans_on_sphere(
+        z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
+        seed=config.seed)
+  else:
+    assignments = losses.assign_clusters(z, model.centroids).numpy()
+  acc = phase_result.get("acc")
+  title = f"{config.dataset}, {phase}" + (
+      "" if acc is None else f": ACC {acc:.3f}")
+  start = time.time()
+  try:
+    figures = {"tsne": plots.tsne_figure(
+        z, assignments if labels is None else labels,
+        title=title + ("" if labels is not None else " (coloured by cluster)"),
+        max_points=config.tsne_points, seed=config.seed)}
+    if labels is not None:
+      figures["confusion"] = plots.confusion_figure(labels, assignments,
+                                                    title=title)
+  except ImportError as e:
+    logging.warning("no pictures: %s", e)
+    return
+  writer = tf.summary.create_file_writer(
+      os.path.join(workdir, "tb", phase, "eval"))
+  try:
+    for kind, fig in figures.items():
+      plots.log_figure(writer, f"pictures/{kind}", fig,
+                       step=phase_result["epochs"])
+      plots.save_figure(fig, os.path.join(workdir, f"{kind}_{phase}.png"))
+  finally:
+    writer.close()
+  logging.info("%s: pictures in %s (%.0f s)", phase, workdir,
+               time.time() - start)
+
+
+def _log_hparams(workdir, config):
+  """The run's config in TensorBoard's HPARAMS tab."""
+  from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  values = {k: (v if isinstance(v, (bool, int, float, str)) else str(v))
+            for k, v in config.to_dict().items()}
+  with tf.summary.create_file_writer(os.path.join(workdir, "tb")).as_default():
+    hp.hparams(values)
+
+
 def check_phases(phases, init_from):
   """Phases must be consecutive in PHASES order; a run that does not start
   with pre-training must name a saved model to start from."""
@@ -334,7 +392,7 @@ _RUN_OUTPUTS = ("config.json", "result.json", "checkpoint", "tb", "export",
                                        for p in model_lib.DDLSC.PHASES)
 
 
-def _prepare_workdir(workdir, config, *, resume, overwrite):
+def prepare_workdir(workdir, config, *, resume, overwrite):
   """Refuses a workdir holding another run unless told what to do."""
   if resume and overwrite:
     raise ValueError("resume and overwrite exclude each other: resume "
@@ -410,11 +468,33 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       different config.
   """
   check_phases(config.phases, init_from)
-  _prepare_workdir(workdir, config, resume=resume, overwrite=overwrite)
-
+  prepare_workdir(workdir, config, resume=resume, overwrite=overwrite)
   images, labels = data.load_images(
       config.dataset, data_dir=data_dir, manual_dir=manual_dir,
-      max_examples=config.max_examples)
+      max_examples=config.max_examples, image_size=config.image_size,
+      channels=config.channels)
+  _, result = run_phases(config, images, labels, workdir,
+                         init_from=init_from, verbose=verbose, build=build,
+                         resume=resume)
+  return result
+
+
+def run_phases(config, images, labels, workdir, *, init_from=None,
+               verbose="auto", build=build_model, resume=False):
+  """`train_and_evaluate` on images already in memory (the estimator's).
+
+  Args:
+    config: a `configs.Config`.
+    images: [N, H, W, C] float32 in [0, 1].
+    labels: [N] int labels for ACC/NMI/ARI only, or None.
+    workdir: an existing folder for checkpoints and outputs.
+    init_from, verbose, build, resume: as `train_and_evaluate`.
+
+  Returns:
+    (the trained model, the result dict written to DIR/result.json).
+  """
+  images = validation.check_images(images)
+  labels = validation.check_labels(labels, len(images))
   check_config_for_data(config, len(images))
   logging.info("%s: %d images of shape %s", config.dataset, len(images),
                images.shape[1:])
@@ -452,6 +532,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       checkpointer.restore(model, state)
     logging.info("resuming %s: phases done %s", workdir, done)
   run = _Run(model, workdir, verbose, checkpointer, result, done)
+  if state is None:
+    _log_hparams(workdir, config)
 
   for phase in config.phases:
     if phase in done:
@@ -462,6 +544,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     last = result["phases"][phase]
     result["final"] = {k: last[k] for k in ("acc", "nmi", "ari")}
     done.append(phase)
+    _pictures(model, images, labels, config, workdir, phase, last)
     checkpoints.save_model_atomic(model,
                                   os.path.join(workdir, f"{phase}.keras"))
     checkpoints.write_json_atomic(os.path.join(workdir, "result.json"), result)
@@ -475,7 +558,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   checkpoints.export_atomic(model, os.path.join(workdir, "export"))
   logging.info("saved %s/model.keras and the SavedModel %s/export",
                workdir, workdir)
-  return result
+  return model, result
 
 
 def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):

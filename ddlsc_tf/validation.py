@@ -1,0 +1,74 @@
+"""Checks at the library's boundaries, before any training starts.
+
+Each error names the offending value and what was expected, so a bad input
+fails in a line instead of deep inside TensorFlow.
+"""
+
+import numpy as np
+
+
+def check_images(images, *, expected_shape=None, name="images"):
+  """Validates a batch of images and returns it as float32 in [0, 1].
+
+  Args:
+    images: array-like [N, H, W] or [N, H, W, C]; uint8 in 0-255 or float
+      in [0, 1].
+    expected_shape: optional (H, W, C) the images must have (a trained
+      network's input).
+    name: what to call the input in errors.
+
+  Returns:
+    [N, H, W, C] float32 in [0, 1].
+
+  Raises:
+    TypeError: not numeric.
+    ValueError: empty, wrong rank or shape, NaN/inf, or out of range.
+  """
+  array = np.asarray(images)
+  if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+    raise TypeError(f"{name} must be numeric, got dtype {array.dtype}.")
+  if array.ndim == 3:
+    array = array[..., np.newaxis]
+  if array.ndim != 4:
+    raise ValueError(
+        f"{name} must be [N, H, W] or [N, H, W, C], got shape "
+        f"{np.shape(images)}.")
+  if array.shape[0] == 0:
+    raise ValueError(f"{name} is empty (shape {array.shape}): nothing to "
+                     f"cluster.")
+  if min(array.shape[1:]) == 0:
+    raise ValueError(f"{name} has an empty image dimension: shape "
+                     f"{array.shape}.")
+  if expected_shape is not None and tuple(array.shape[1:]) != tuple(
+      expected_shape):
+    raise ValueError(
+        f"{name} have shape {tuple(array.shape[1:])} per image, but the "
+        f"model takes {tuple(expected_shape)}; resize them first.")
+  if array.dtype == np.uint8:
+    return array.astype(np.float32) / 255.0
+  array = array.astype(np.float32, copy=False)
+  finite = np.isfinite(array)
+  if not finite.all():
+    bad = np.argwhere(~finite)[0]
+    raise ValueError(
+        f"{name} hold {int((~finite).sum())} NaN or inf values (first at "
+        f"index {tuple(int(i) for i in bad)}: {array[tuple(bad)]}).")
+  low, high = float(array.min()), float(array.max())
+  if low < 0.0 or high > 1.0:
+    raise ValueError(
+        f"{name} must be uint8 in 0-255 or float in [0, 1], got float "
+        f"values in [{low:g}, {high:g}]; divide by 255 (or rescale) first.")
+  return array
+
+
+def check_labels(labels, num_examples, *, name="labels"):
+  """None, or [N] integer labels (used for scores only)."""
+  if labels is None:
+    return None
+  labels = np.asarray(labels)
+  if labels.shape != (num_examples,):
+    raise ValueError(f"{name} must have shape ({num_examples},) to match "
+                     f"the images, got {labels.shape}.")
+  if not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"{name} must be integers, got dtype {labels.dtype}.")
+  return labels.astype(np.int64)
