@@ -11,6 +11,7 @@ import os
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core.download import download_manager
 
 from ddlsc_tf import image_folder
 from ddlsc_tf.configs import FOLDER_PREFIX
@@ -19,6 +20,30 @@ from ddlsc_tf.configs import FOLDER_PREFIX
 DATASETS = {
     "mnist": ("mnist", "train+test", 10),
 }
+
+
+# The archives each dataset's builder reads from a manual_dir, and where
+# to get them.
+MANUAL_FILES = {
+    "mnist": (("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+              "http://yann.lecun.com/exdb/mnist/ (or a mirror)"),
+}
+
+
+def _check_manual_dir(dataset, manual_dir):
+  """Names the missing files before TFDS would try to download them."""
+  if not os.path.isdir(manual_dir):
+    raise FileNotFoundError(
+        f"manual_dir {manual_dir!r} is not a folder; it should hold the "
+        f"{dataset} archives (see README, 'Data offline').")
+  files, source = MANUAL_FILES.get(dataset, ((), None))
+  missing = [f for f in files if not os.path.exists(
+      os.path.join(manual_dir, f))]
+  if missing:
+    raise FileNotFoundError(
+        f"manual_dir {manual_dir!r} lacks {', '.join(missing)} for "
+        f"{dataset}; get them from {source} and put them there.")
 
 
 def num_classes(dataset):
@@ -66,15 +91,19 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
     raise ValueError(f"max_examples must be >= 1, got {max_examples}.")
   kwargs = {}
   if manual_dir is not None:
-    if not os.path.isdir(manual_dir):
-      raise FileNotFoundError(
-          f"manual_dir {manual_dir!r} is not a folder; it should hold the "
-          f"{dataset} archives (see README, 'Data offline').")
+    _check_manual_dir(dataset, manual_dir)
     kwargs["download_and_prepare_kwargs"] = {
         "download_config": tfds.download.DownloadConfig(manual_dir=manual_dir)}
-  images, labels = tfds.as_numpy(tfds.load(
-      builder_name, split=split, batch_size=-1, as_supervised=True,
-      data_dir=data_dir, **kwargs))
+  try:
+    images, labels = tfds.as_numpy(tfds.load(
+        builder_name, split=split, batch_size=-1, as_supervised=True,
+        data_dir=data_dir, **kwargs))
+  except (download_manager.NonMatchingChecksumError, OSError) as e:
+    where = manual_dir or "the download"
+    raise ValueError(
+        f"cannot prepare {dataset} from {where}: {e}\nA file there is "
+        f"corrupt or not the expected archive; replace it with the "
+        f"original ({', '.join(MANUAL_FILES.get(dataset, ((),))[0])}).") from e
   if max_examples is not None:
     images, labels = images[:max_examples], labels[:max_examples]
   images = images.astype(np.float32) / 255.0
