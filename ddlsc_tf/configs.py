@@ -27,6 +27,10 @@ class Config:
   anchor_fraction: float
   alpha: float
   lambda_r: float
+  # Network: whether each encoder block ends with a 2x2 max-pool (section
+  # 3.3 pools after every block, as MNIST does; COIL's 32x32 input ends on an
+  # unpooled 5x5 block).
+  pools: Tuple[bool, ...] = (True, True, True)
   anchor_selection: str = "similarity"
   knn_neutral: bool = False
   # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
