@@ -21,5 +21,6 @@ setuptools.setup(
                                                "experiments"]),
     python_requires=">=3.10",
     install_requires=REQUIREMENTS,
-    extras_require={"test": ["pytest>=8"]},
+    # tfds.testing (DatasetBuilderTestCase) imports dill.
+    extras_require={"test": ["pytest>=8", "dill"]},
 )
