@@ -1,25 +1,71 @@
 """Input pipelines: TFDS datasets as in-memory arrays, and tf.data batches.
 
-The paper clusters and evaluates on every image (MNIST: train + test, 70k),
-so a dataset is loaded whole, scaled to [0, 1] and kept in memory: MNIST is
-220 MB as float32. Labels travel with the batches but are used only for
-evaluation.
+The paper clusters and evaluates on every image (MNIST: train + test, 70k;
+COIL-20: 1440; COIL-100: 7200), so a dataset is loaded whole, scaled to
+[0, 1] and kept in memory: MNIST is 220 MB as float32. COIL images are
+down-sampled from 128x128 to 32x32 as in section 4.3. Labels travel with the
+batches but are used only for evaluation.
 """
 
 import os
+from typing import NamedTuple, Optional, Tuple
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-# name → (TFDS builder name, split holding every image, number of classes).
+# Registers the `coil20` and `coil100_manual` builders with TFDS.
+from ddlsc_tf import datasets as _datasets
+
+
+class DatasetSpec(NamedTuple):
+  """How one dataset is read.
+
+  builder: TFDS builder name.
+  split: the split that holds every image.
+  num_classes: K, the number of ground-truth classes.
+  image_size: (H, W) of the returned images; stored images of another size
+    are resized with area averaging.
+  channels: C of the stored and returned images.
+  label_key: the feature used as label, an int in [0, K).
+  archive: the archive a `manual_dir` holds for offline preparation (None:
+    the builder names its own files, as MNIST's four idx files).
+  manual_builder: builder that reads `archive` from `manual_dir` when it is
+    there, instead of `builder` (None: `builder` does).
+  """
+  builder: str
+  split: str
+  num_classes: int
+  image_size: Tuple[int, int]
+  channels: int
+  label_key: str = "label"
+  archive: Optional[str] = None
+  manual_builder: Optional[str] = None
+
+
 DATASETS = {
-    "mnist": ("mnist", "train+test", 10),
+    "mnist": DatasetSpec(builder="mnist", split="train+test", num_classes=10,
+                         image_size=(28, 28), channels=1),
+    # 128x128 down-sampled to 32x32 (section 4.3); label = object id - 1.
+    "coil20": DatasetSpec(builder="coil20", split="train", num_classes=20,
+                          image_size=(32, 32), channels=1,
+                          archive="coil-20-proc.zip"),
+    # The stock coil100's `object_id` (ClassLabel obj1..obj100) is the object
+    # id - 1; its supervised label is the pose. The stock builder rejects a
+    # rebuilt coil-100.zip, `coil100_manual` reads any.
+    "coil100": DatasetSpec(builder="coil100", split="train", num_classes=100,
+                           image_size=(32, 32), channels=3,
+                           label_key="object_id", archive="coil-100.zip",
+                           manual_builder="coil100_manual"),
 }
+
+# Images resized per batch of this many (COIL-100 is 350 MB as uint8 128x128).
+_RESIZE_BATCH = 1000
 
 
 def num_classes(dataset):
-  return _spec(dataset)[2]
+  return _spec(dataset).num_classes
 
 
 def _spec(dataset):
@@ -31,6 +77,40 @@ def _spec(dataset):
     ) from None
 
 
+def builder_name(dataset, manual_dir=None):
+  """The TFDS builder that prepares `dataset`.
+
+  A dataset with a `manual_builder` uses it when `manual_dir` holds the
+  archive (COIL-100: `coil100_manual` for a local coil-100.zip), and its
+  stock builder otherwise, which downloads where there is a network.
+  """
+  spec = _spec(dataset)
+  if spec.manual_builder is None:
+    return spec.builder
+  if manual_dir is not None and os.path.isfile(
+      os.path.join(manual_dir, spec.archive)):
+    return spec.manual_builder
+  if manual_dir is not None:
+    logging.warning("%s not found in %s: using the stock %s builder, which "
+                    "downloads it.", spec.archive, manual_dir, spec.builder)
+  return spec.builder
+
+
+def _check_manual_archive(builder, archive, manual_dir):
+  """Fails early, with the path and where to get the archive, when a
+  builder that needs a manual download lacks it."""
+  if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
+    return
+  folder = manual_dir or os.fspath(builder.data_dir_root / "downloads" /
+                                   "manual")
+  path = os.path.join(folder, archive)
+  if not os.path.isfile(path):
+    raise _datasets.MissingArchiveError(
+        f"{builder.name} is not prepared yet and {path} is missing. "
+        f"{builder.MANUAL_DOWNLOAD_INSTRUCTIONS.strip()} "
+        f"(here: manual_dir={folder!r}; see README, 'Data offline').")
+
+
 def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None):
   """Loads a whole dataset with TFDS.
 
@@ -39,28 +119,49 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None):
     data_dir: TFDS data directory (default: TFDS's own, ~/tensorflow_datasets).
     manual_dir: folder holding the raw archives for offline preparation
       (TFDS `DownloadConfig.manual_dir`); None downloads where there is a
-      network.
+      network (COIL-20 has no download: its zip must be in manual_dir or in
+      TFDS's default <data_dir>/downloads/manual).
     max_examples: keep only the first N images (None: all).
 
   Returns:
-    (images [N, H, W, C] float32 in [0, 1], labels [N] int64).
+    (images [N, H, W, C] float32 in [0, 1], labels [N] int64), with
+    (H, W) = `DATASETS[dataset].image_size` and C its `channels`.
+
+  Raises:
+    ValueError: unknown dataset or max_examples < 1.
+    FileNotFoundError: manual_dir is not a folder, or a dataset that needs
+      a manual download is not prepared and its archive is missing.
   """
-  builder_name, split, _ = _spec(dataset)
+  spec = _spec(dataset)
   if max_examples is not None and max_examples < 1:
     raise ValueError(f"max_examples must be >= 1, got {max_examples}.")
-  kwargs = {}
-  if manual_dir is not None:
-    if not os.path.isdir(manual_dir):
-      raise FileNotFoundError(
-          f"manual_dir {manual_dir!r} is not a folder; it should hold the "
-          f"{dataset} archives (see README, 'Data offline').")
-    kwargs["download_and_prepare_kwargs"] = {
-        "download_config": tfds.download.DownloadConfig(manual_dir=manual_dir)}
-  images, labels = tfds.as_numpy(tfds.load(
-      builder_name, split=split, batch_size=-1, as_supervised=True,
-      data_dir=data_dir, **kwargs))
+  if manual_dir is not None and not os.path.isdir(manual_dir):
+    raise FileNotFoundError(
+        f"manual_dir {manual_dir!r} is not a folder; it should hold the "
+        f"{dataset} archives (see README, 'Data offline').")
+  builder = tfds.builder(builder_name(dataset, manual_dir), data_dir=data_dir)
+  stored_shape = builder.info.features["image"].shape
+  if stored_shape[-1] != spec.channels:
+    raise ValueError(
+        f"{builder.name} stores images of shape {stored_shape}, not "
+        f"{spec.channels} channels as DATASETS[{dataset!r}] says.")
+  if not builder.is_prepared():
+    if spec.archive is not None:
+      _check_manual_archive(builder, spec.archive, manual_dir)
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        manual_dir=manual_dir))
+  ds = builder.as_dataset(split=spec.split)
   if max_examples is not None:
-    images, labels = images[:max_examples], labels[:max_examples]
+    ds = ds.take(max_examples)
+  ds = ds.map(lambda ex: (ex["image"], ex[spec.label_key])).batch(
+      _RESIZE_BATCH)
+  if tuple(stored_shape[:2]) != tuple(spec.image_size):
+    # Area averaging: 128 → 32 is the mean of each 4x4 block, in [0, 255].
+    ds = ds.map(lambda x, y: (
+        tf.image.resize(x, spec.image_size, method="area"), y))
+  batches = list(tfds.as_numpy(ds))
+  images = np.concatenate([x for x, _ in batches])
+  labels = np.concatenate([y for _, y in batches])
   images = images.astype(np.float32) / 255.0
   return images, labels.astype(np.int64)
 
