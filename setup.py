@@ -21,6 +21,7 @@ setuptools.setup(
                                                "experiments"]),
     python_requires=">=3.10",
     install_requires=REQUIREMENTS,
-    extras_require={"test": ["pytest>=8", "matplotlib>=3.5"],
+    # tfds.testing (DatasetBuilderTestCase) imports dill.
+    extras_require={"test": ["pytest>=8", "dill", "matplotlib>=3.5"],
                     "plots": ["matplotlib>=3.5"]},
 )

@@ -1,13 +1,16 @@
 """Input pipelines: TFDS datasets as in-memory arrays, and tf.data batches.
 
-The paper clusters and evaluates on every image (MNIST: train + test, 70k),
-so a dataset is loaded whole, scaled to [0, 1] and kept in memory: MNIST is
-220 MB as float32. Labels travel with the batches but are used only for
-evaluation.
+The paper clusters and evaluates on every image (MNIST: train + test, 70k;
+COIL-20: 1440; COIL-100: 7200), so a dataset is loaded whole, scaled to
+[0, 1] and kept in memory: MNIST is 220 MB as float32. COIL images are
+down-sampled from 128x128 to 32x32 as in section 4.3. Labels travel with the
+batches but are used only for evaluation.
 """
 
 import os
+from typing import NamedTuple, Optional, Tuple
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -16,10 +19,53 @@ from tensorflow_datasets.core.download import download_manager
 from ddlsc_tf import image_folder
 from ddlsc_tf.configs import FOLDER_PREFIX
 
-# name → (TFDS builder name, split holding every image, number of classes).
+# Registers the `coil20` and `coil100_manual` builders with TFDS.
+from ddlsc_tf import datasets as _datasets
+
+
+class DatasetSpec(NamedTuple):
+  """How one dataset is read.
+
+  builder: TFDS builder name.
+  split: the split that holds every image.
+  num_classes: K, the number of ground-truth classes.
+  image_size: (H, W) of the returned images; stored images of another size
+    are resized with area averaging.
+  channels: C of the stored and returned images.
+  label_key: the feature used as label, an int in [0, K).
+  archive: the archive a `manual_dir` holds for offline preparation (None:
+    the builder names its own files, as MNIST's four idx files).
+  manual_builder: builder that reads `archive` from `manual_dir` when it is
+    there, instead of `builder` (None: `builder` does).
+  """
+  builder: str
+  split: str
+  num_classes: int
+  image_size: Tuple[int, int]
+  channels: int
+  label_key: str = "label"
+  archive: Optional[str] = None
+  manual_builder: Optional[str] = None
+
+
 DATASETS = {
-    "mnist": ("mnist", "train+test", 10),
+    "mnist": DatasetSpec(builder="mnist", split="train+test", num_classes=10,
+                         image_size=(28, 28), channels=1),
+    # 128x128 down-sampled to 32x32 (section 4.3); label = object id - 1.
+    "coil20": DatasetSpec(builder="coil20", split="train", num_classes=20,
+                          image_size=(32, 32), channels=1,
+                          archive="coil-20-proc.zip"),
+    # The stock coil100's `object_id` (ClassLabel obj1..obj100) is the object
+    # id - 1; its supervised label is the pose. The stock builder rejects a
+    # rebuilt coil-100.zip, `coil100_manual` reads any.
+    "coil100": DatasetSpec(builder="coil100", split="train", num_classes=100,
+                           image_size=(32, 32), channels=3,
+                           label_key="object_id", archive="coil-100.zip",
+                           manual_builder="coil100_manual"),
 }
+
+# Images resized per batch of this many (COIL-100 is 350 MB as uint8 128x128).
+_RESIZE_BATCH = 1000
 
 
 # The archives each dataset's builder reads from a manual_dir, and where
@@ -31,12 +77,8 @@ MANUAL_FILES = {
 }
 
 
-def _check_manual_dir(dataset, manual_dir):
+def _check_manual_files(dataset, manual_dir):
   """Names the missing files before TFDS would try to download them."""
-  if not os.path.isdir(manual_dir):
-    raise FileNotFoundError(
-        f"manual_dir {manual_dir!r} is not a folder; it should hold the "
-        f"{dataset} archives (see README, 'Data offline').")
   files, source = MANUAL_FILES.get(dataset, ((), None))
   missing = [f for f in files if not os.path.exists(
       os.path.join(manual_dir, f))]
@@ -47,7 +89,7 @@ def _check_manual_dir(dataset, manual_dir):
 
 
 def num_classes(dataset):
-  return _spec(dataset)[2]
+  return _spec(dataset).num_classes
 
 
 def _spec(dataset):
@@ -57,6 +99,40 @@ def _spec(dataset):
     raise ValueError(
         f"unknown dataset {dataset!r}; expected one of {sorted(DATASETS)}."
     ) from None
+
+
+def builder_name(dataset, manual_dir=None):
+  """The TFDS builder that prepares `dataset`.
+
+  A dataset with a `manual_builder` uses it when `manual_dir` holds the
+  archive (COIL-100: `coil100_manual` for a local coil-100.zip), and its
+  stock builder otherwise, which downloads where there is a network.
+  """
+  spec = _spec(dataset)
+  if spec.manual_builder is None:
+    return spec.builder
+  if manual_dir is not None and os.path.isfile(
+      os.path.join(manual_dir, spec.archive)):
+    return spec.manual_builder
+  if manual_dir is not None:
+    logging.warning("%s not found in %s: using the stock %s builder, which "
+                    "downloads it.", spec.archive, manual_dir, spec.builder)
+  return spec.builder
+
+
+def _check_manual_archive(builder, archive, manual_dir):
+  """Fails early, with the path and where to get the archive, when a
+  builder that needs a manual download lacks it."""
+  if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
+    return
+  folder = manual_dir or os.fspath(builder.data_dir_root / "downloads" /
+                                   "manual")
+  path = os.path.join(folder, archive)
+  if not os.path.isfile(path):
+    raise _datasets.MissingArchiveError(
+        f"{builder.name} is not prepared yet and {path} is missing. "
+        f"{builder.MANUAL_DOWNLOAD_INSTRUCTIONS.strip()} "
+        f"(here: manual_dir={folder!r}; see README, 'Data offline').")
 
 
 def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
@@ -70,7 +146,8 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
     data_dir: TFDS data directory (default: TFDS's own, ~/tensorflow_datasets).
     manual_dir: folder holding the raw archives for offline preparation
       (TFDS `DownloadConfig.manual_dir`); None downloads where there is a
-      network.
+      network (COIL-20 has no download: its zip must be in manual_dir or in
+      TFDS's default <data_dir>/downloads/manual).
     max_examples: keep only the first N images (None: all); for a folder,
       N evenly spaced ones.
     image_size: folder only: resize to image_size x image_size.
@@ -78,34 +155,58 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
 
   Returns:
     (images [N, H, W, C] float32 in [0, 1], labels [N] int64, or None for
-    a folder without class sub-folders).
+    a folder without class sub-folders); for a TFDS dataset (H, W) =
+    `DATASETS[dataset].image_size` and C its `channels`.
+
+  Raises:
+    ValueError: unknown dataset, max_examples < 1, or a corrupt archive.
+    FileNotFoundError: manual_dir is not a folder or lacks the dataset's
+      files, and the dataset is not prepared yet.
   """
+  if max_examples is not None and max_examples < 1:
+    raise ValueError(f"max_examples must be >= 1, got {max_examples}.")
   if dataset.startswith(FOLDER_PREFIX):
     loaded = image_folder.load_images_from_path(
         dataset[len(FOLDER_PREFIX):], channels=channels,
         image_size=None if image_size is None else (image_size, image_size),
         max_examples=max_examples)
     return loaded.images, loaded.labels
-  builder_name, split, _ = _spec(dataset)
-  if max_examples is not None and max_examples < 1:
-    raise ValueError(f"max_examples must be >= 1, got {max_examples}.")
-  kwargs = {}
-  if manual_dir is not None:
-    _check_manual_dir(dataset, manual_dir)
-    kwargs["download_and_prepare_kwargs"] = {
-        "download_config": tfds.download.DownloadConfig(manual_dir=manual_dir)}
-  try:
-    images, labels = tfds.as_numpy(tfds.load(
-        builder_name, split=split, batch_size=-1, as_supervised=True,
-        data_dir=data_dir, **kwargs))
-  except (download_manager.NonMatchingChecksumError, OSError) as e:
-    where = manual_dir or "the download"
+  spec = _spec(dataset)
+  if manual_dir is not None and not os.path.isdir(manual_dir):
+    raise FileNotFoundError(
+        f"manual_dir {manual_dir!r} is not a folder; it should hold the "
+        f"{dataset} archives (see README, 'Data offline').")
+  builder = tfds.builder(builder_name(dataset, manual_dir), data_dir=data_dir)
+  stored_shape = builder.info.features["image"].shape
+  if stored_shape[-1] != spec.channels:
     raise ValueError(
-        f"cannot prepare {dataset} from {where}: {e}\nA file there is "
-        f"corrupt or not the expected archive; replace it with the "
-        f"original ({', '.join(MANUAL_FILES.get(dataset, ((),))[0])}).") from e
+        f"{builder.name} stores images of shape {stored_shape}, not "
+        f"{spec.channels} channels as DATASETS[{dataset!r}] says.")
+  if not builder.is_prepared():
+    if spec.archive is not None:
+      _check_manual_archive(builder, spec.archive, manual_dir)
+    elif manual_dir is not None:
+      _check_manual_files(dataset, manual_dir)
+    try:
+      builder.download_and_prepare(
+          download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+    except (download_manager.NonMatchingChecksumError, OSError) as e:
+      raise ValueError(
+          f"cannot prepare {dataset} from {manual_dir or 'the download'}: "
+          f"{e}\nA file there is corrupt or not the expected archive; "
+          f"replace it with the original.") from e
+  ds = builder.as_dataset(split=spec.split)
   if max_examples is not None:
-    images, labels = images[:max_examples], labels[:max_examples]
+    ds = ds.take(max_examples)
+  ds = ds.map(lambda ex: (ex["image"], ex[spec.label_key])).batch(
+      _RESIZE_BATCH)
+  if tuple(stored_shape[:2]) != tuple(spec.image_size):
+    # Area averaging: 128 → 32 is the mean of each 4x4 block, in [0, 255].
+    ds = ds.map(lambda x, y: (
+        tf.image.resize(x, spec.image_size, method="area"), y))
+  batches = list(tfds.as_numpy(ds))
+  images = np.concatenate([x for x, _ in batches])
+  labels = np.concatenate([y for _, y in batches])
   images = images.astype(np.float32) / 255.0
   return images, labels.astype(np.int64)
 

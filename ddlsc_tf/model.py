@@ -24,6 +24,7 @@ class DDLSC(keras.Model):
   Args:
     input_shape: (H, W, C) of the images.
     encoder_filters, kernel_sizes, paddings: encoder blocks (see networks).
+    pools: per encoder block, whether it max-pools (None: every block).
     decoder_filters: decoder blocks before the output conv.
     knn_k: neighbours per point of the per-batch kNN graph.
     anchor_fraction: fraction of kNN pairs kept as anchors, in (0, 1].
@@ -45,7 +46,7 @@ class DDLSC(keras.Model):
 
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
-               anchor_selection="similarity", knn_neutral=False,
+               pools=None, anchor_selection="similarity", knn_neutral=False,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
                cluster_lambda_r=None, phase="pretrain", **kwargs):
     super().__init__(**kwargs)
@@ -54,6 +55,8 @@ class DDLSC(keras.Model):
     self.kernel_sizes = tuple(kernel_sizes)
     self.paddings = tuple(paddings)
     self.decoder_filters = tuple(decoder_filters)
+    self.pools = (True,) * len(self.encoder_filters) if pools is None else (
+        tuple(bool(p) for p in pools))
     self.knn_k = int(knn_k)
     self.anchor_fraction = float(anchor_fraction)
     self.anchor_selection = anchor_selection
@@ -67,11 +70,12 @@ class DDLSC(keras.Model):
     self.lambda_r = float(lambda_r)
     self.encoder = networks.build_encoder(
         self.image_shape, filters=self.encoder_filters,
-        kernel_sizes=self.kernel_sizes, paddings=self.paddings)
+        kernel_sizes=self.kernel_sizes, paddings=self.paddings,
+        pools=self.pools)
     self.decoder = networks.build_decoder(
         self.image_shape, encoder_filters=self.encoder_filters,
         kernel_sizes=self.kernel_sizes, paddings=self.paddings,
-        decoder_filters=self.decoder_filters)
+        decoder_filters=self.decoder_filters, pools=self.pools)
     self.latent_dim = int(self.encoder.output.shape[-1])
     self.lambda_d = keras.Variable(float(lambda_d), trainable=False,
                                    name="lambda_d")
@@ -245,6 +249,7 @@ class DDLSC(keras.Model):
         kernel_sizes=self.kernel_sizes,
         paddings=self.paddings,
         decoder_filters=self.decoder_filters,
+        pools=self.pools,
         knn_k=self.knn_k,
         anchor_fraction=self.anchor_fraction,
         anchor_selection=self.anchor_selection,

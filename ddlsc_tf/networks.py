@@ -1,7 +1,8 @@
 """The fully convolutional auto-encoder of section 3.3.
 
-Encoder: blocks of conv → ReLU → batch norm → max-pool; the last block's
-output, flattened, is the latent z (d = its size). Decoder: nearest-neighbour
+Encoder: blocks of conv → ReLU → batch norm → 2x2 max-pool (a block may skip
+the pool, so a 32x32 input can end on a 5x5 latent); the last block's output,
+flattened, is the latent z (d = its size). Decoder: nearest-neighbour
 up-sampling back through the encoder's spatial sizes, each followed by a
 conv → ReLU → batch norm block, and a final linear conv to the input
 channels. Both are plain functional `keras.Model`s so they save and export
@@ -11,56 +12,78 @@ without custom code.
 import keras
 
 
-def _encoder_shapes(input_shape, filters, kernel_sizes, paddings):
-  """Spatial sizes after each encoder block (conv then 2x2 max-pool)."""
+def _all_pools(pools, filters):
+  """None means every block pools (the MNIST network)."""
+  return (True,) * len(filters) if pools is None else tuple(pools)
+
+
+def _encoder_shapes(input_shape, filters, kernel_sizes, paddings, pools):
+  """Spatial sizes (H, W) after each encoder block (conv, then the optional
+  2x2 max-pool)."""
+  if not len(filters) == len(kernel_sizes) == len(paddings) == len(pools):
+    raise ValueError(
+        f"filters {filters}, kernel_sizes {kernel_sizes}, paddings "
+        f"{paddings} and pools {pools} must have the same length.")
+  bad = [p for p in paddings if p not in ("same", "valid")]
+  if bad:
+    raise ValueError(f"paddings {paddings}: {bad[0]!r} is not 'same' or "
+                     f"'valid'.")
   h, w = input_shape[:2]
   sizes = []
-  for kernel, padding in zip(kernel_sizes, paddings):
+  for kernel, padding, pool in zip(kernel_sizes, paddings, pools):
     if padding == "valid":
       h, w = h - kernel + 1, w - kernel + 1
-    h, w = h // 2, w // 2
+    if pool:
+      h, w = h // 2, w // 2
     if h < 1 or w < 1:
       raise ValueError(
           f"encoder with filters={filters}, kernel_sizes={kernel_sizes}, "
-          f"paddings={paddings} shrinks input {input_shape} below 1x1.")
+          f"paddings={paddings}, pools={pools} shrinks input {input_shape} "
+          f"below 1x1.")
     sizes.append((h, w))
   return sizes
 
 
-def latent_dim(input_shape, *, filters, kernel_sizes, paddings):
+def latent_dim(input_shape, *, filters, kernel_sizes, paddings, pools=None):
   """Size d of the flattened latent for an input [H, W, C]."""
-  h, w = _encoder_shapes(input_shape, filters, kernel_sizes, paddings)[-1]
+  h, w = _encoder_shapes(input_shape, filters, kernel_sizes, paddings,
+                         _all_pools(pools, filters))[-1]
   return h * w * filters[-1]
 
 
-def build_encoder(input_shape, *, filters, kernel_sizes, paddings,
+def build_encoder(input_shape, *, filters, kernel_sizes, paddings, pools=None,
                   name="encoder"):
-  """Encoder f(x; θ_e): [B, H, W, C] → [B, d]."""
-  if not len(filters) == len(kernel_sizes) == len(paddings):
-    raise ValueError(
-        f"filters {filters}, kernel_sizes {kernel_sizes} and paddings "
-        f"{paddings} must have the same length.")
-  _encoder_shapes(input_shape, filters, kernel_sizes, paddings)
+  """Encoder f(x; θ_e): [B, H, W, C] → [B, d].
+
+  `pools[i]` says whether block i ends with a 2x2 max-pool (None: all do).
+  """
+  pools = _all_pools(pools, filters)
+  _encoder_shapes(input_shape, filters, kernel_sizes, paddings, pools)
   inputs = keras.Input(shape=tuple(input_shape), name="image")
   h = inputs
-  for i, (f, k, p) in enumerate(zip(filters, kernel_sizes, paddings)):
+  for i, (f, k, p, pool) in enumerate(
+      zip(filters, kernel_sizes, paddings, pools)):
     h = keras.layers.Conv2D(f, k, padding=p, activation="relu",
                             name=f"conv{i + 1}")(h)
     h = keras.layers.BatchNormalization(name=f"bn{i + 1}")(h)
-    h = keras.layers.MaxPooling2D(2, name=f"pool{i + 1}")(h)
+    if pool:
+      h = keras.layers.MaxPooling2D(2, name=f"pool{i + 1}")(h)
   z = keras.layers.Flatten(name="latent")(h)
   return keras.Model(inputs, z, name=name)
 
 
 def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
-                  decoder_filters, name="decoder"):
+                  decoder_filters, pools=None, name="decoder"):
   """Decoder g(z; θ_d): [B, d] → [B, H, W, C].
 
-  Up-samples (nearest neighbour) to the spatial size each encoder block had
-  before pooling, in reverse, then conv → ReLU → batch norm; a last linear
-  3x3 conv maps to the input channels at full resolution.
+  Mirrors the encoder's spatial sizes: up-samples (nearest neighbour) to the
+  output size of encoder blocks n-1, ..., 1, each followed by conv → ReLU →
+  batch norm, then to the input size, where a last linear 3x3 conv maps to
+  the input channels. (MNIST: 2x2 → 7x7 → 14x14 → 28x28; a 32x32 encoder
+  ending unpooled on 5x5: 5x5 → 7x7 → 16x16 → 32x32.)
   """
-  sizes = _encoder_shapes(input_shape, encoder_filters, kernel_sizes, paddings)
+  sizes = _encoder_shapes(input_shape, encoder_filters, kernel_sizes, paddings,
+                          _all_pools(pools, encoder_filters))
   if len(decoder_filters) != len(sizes) - 1:
     raise ValueError(
         f"decoder_filters {decoder_filters} must have one entry fewer than "

@@ -41,6 +41,7 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       encoder_filters=config.encoder_filters,
       kernel_sizes=config.kernel_sizes,
       paddings=config.paddings,
+      pools=config.pools,
       decoder_filters=config.decoder_filters,
       knn_k=config.knn_k,
       anchor_fraction=config.anchor_fraction,

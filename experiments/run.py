@@ -53,6 +53,16 @@ def _define_overrides():
 _define_overrides()
 
 
+def _parse_item(cast, text):
+  """One comma-separated item of a list flag; bool("False") would be True."""
+  if cast is not bool:
+    return cast(text)
+  lowered = text.strip().lower()
+  if lowered not in ("true", "false", "1", "0"):
+    raise ValueError(f"{text!r} is not a boolean (true/false/1/0).")
+  return lowered in ("true", "1")
+
+
 def resolve_config():
   config = configs.get_preset(FLAGS.dataset)
   changes = {}
@@ -62,7 +72,7 @@ def resolve_config():
       continue
     if isinstance(value, list):
       cast = typing.get_args(field.type)[0]  # Tuple[int, ...] → int
-      value = tuple(cast(v) for v in value)
+      value = tuple(_parse_item(cast, v) for v in value)
     changes[field.name] = value
   return config.replace(**changes)
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: the offline MNIST copy and a TFDS data_dir for tests."""
+"""Shared fixtures: the offline MNIST copy, the tiny COIL zips and a TFDS
+data_dir for tests."""
 
 import os
 import pathlib
@@ -17,6 +18,15 @@ def mnist_manual_dir():
   if not (path / "train-images-idx3-ubyte.gz").exists():
     pytest.skip(f"no offline MNIST at {path}")
   return str(path)
+
+
+@pytest.fixture(scope="session")
+def coil_dummy():
+  """name → (manual_dir, object ids) of the tiny COIL zips that
+  tests/dummy_data/make_coil_archives.py writes: 2 poses per object."""
+  dummy = REPO / "tests" / "dummy_data"
+  return {"coil20": (str(dummy / "coil20"), (1, 2, 10, 20)),
+          "coil100": (str(dummy / "coil100"), (1, 2, 10, 100))}
 
 
 @pytest.fixture(scope="session")

@@ -150,3 +150,22 @@ def test_resume_with_other_flags_is_refused(smoke, tmp_path, tfds_data_dir,
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
   assert proc.returncode != 0
   assert "alpha (saved 0.1, now 0.5)" in proc.stderr
+
+
+def test_coil20_preset_runs_on_the_dummy_zip(tmp_path, coil_dummy):
+  # 8 images: small batch, 4 clusters; --pools checks boolean list flags.
+  manual_dir, _ = coil_dummy["coil20"]
+  cmd = [sys.executable, "-m", "experiments.run", "--dataset=coil20",
+         f"--workdir={tmp_path / 'run'}", f"--data_dir={tmp_path / 'tfds'}",
+         f"--manual_dir={manual_dir}", "--phases=pretrain",
+         "--pretrain_epochs=1", "--batch_size=8", "--knn_k=3",
+         "--num_clusters=4", "--kmeans_n_init=1", "--pools=true,True,false"]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads((tmp_path / "run" / "result.json").read_text())
+  config = json.loads((tmp_path / "run" / "config.json").read_text())
+  assert config["pools"] == [True, True, False]
+  assert config["lambda_d_start"] == 4.0 and config["lambda_r"] == 1e-3
+  assert result["num_examples"] == 8
+  assert (result["latent_dim"], result["params"]) == (150, 7_715)

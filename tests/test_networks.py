@@ -1,0 +1,49 @@
+"""Encoder/decoder shapes and sizes for the MNIST and COIL presets."""
+
+import pytest
+
+from ddlsc_tf import configs
+from ddlsc_tf import networks
+from ddlsc_tf import train
+
+
+def test_mnist_network_is_unchanged_by_the_pools_option():
+  model = train.build_model(configs.MNIST, (28, 28, 1))
+  assert model.autoencoder_params == 3_348
+  assert [l.name for l in model.encoder.layers] == [
+      "image", "conv1", "bn1", "pool1", "conv2", "bn2", "pool2", "conv3",
+      "bn3", "pool3", "latent"]
+  assert [l.name for l in model.decoder.layers] == [
+      "latent", "unflatten", "upsample1", "conv1", "bn1", "upsample2",
+      "conv2", "bn2", "upsample3", "reconstruction"]
+
+
+@pytest.mark.parametrize("name, channels, d, params", [
+    ("coil20", 1, 150, 7_715),    # paper: d = 150, ~7.5K (section 4.3)
+    ("coil100", 3, 500, 12_683),  # paper: d = 500, ~12.5K (section 4.3)
+])
+def test_coil_networks_have_the_paper_sizes(name, channels, d, params):
+  config = configs.get_preset(name)
+  model = train.build_model(config, (32, 32, channels))
+  assert model.latent_dim == d
+  assert model.autoencoder_params == params
+  assert model.encoder.get_layer("bn3").output.shape[1:] == (5, 5, d // 25)
+  assert "pool3" not in [l.name for l in model.encoder.layers]
+  # The decoder mirrors the encoder's sizes back to the input.
+  assert model.decoder.get_layer("upsample1").output.shape[1:3] == (7, 7)
+  assert model.decoder.get_layer("upsample2").output.shape[1:3] == (16, 16)
+  assert model.decoder.output.shape[1:] == (32, 32, channels)
+
+
+def test_pools_of_the_wrong_length_are_rejected():
+  with pytest.raises(ValueError, match=r"pools \(True,\) must have the same"):
+    networks.build_encoder((32, 32, 1), filters=(4, 4), kernel_sizes=(3, 3),
+                           paddings=("same", "same"), pools=(True,))
+
+
+def test_latent_dim_follows_the_pools():
+  kwargs = dict(filters=(4, 4, 6), kernel_sizes=(3, 3, 3),
+                paddings=("same", "valid", "valid"))
+  assert networks.latent_dim((32, 32, 1), pools=(True, True, False),
+                             **kwargs) == 5 * 5 * 6
+  assert networks.latent_dim((32, 32, 1), **kwargs) == 2 * 2 * 6
