@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ddlsc_tf import data
 from ddlsc_tf import losses
 from ddlsc_tf import train
 
@@ -67,6 +68,44 @@ def fixed_batch_losses(model, x, assignments, config):
               tf.cast(anchors, tf.int32)))}
 
 
+class _EpochTimes(keras.callbacks.Callback):
+
+  def __init__(self):
+    super().__init__()
+    self.seconds = []
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self._start = time.perf_counter()
+
+  def on_epoch_end(self, epoch, logs=None):
+    self.seconds.append(time.perf_counter() - self._start)
+
+
+def epoch_seconds(model, images, labels, config, *, epochs=3):
+  """Wall time of whole pre-training epochs through `fit` and the real
+  input pipeline (median of the epochs after the first, which traces)."""
+  model.phase = "pretrain"
+  train.compile_model(model, config)
+  dataset, steps = data.train_dataset(images, labels,
+                                      batch_size=config.batch_size,
+                                      seed=config.seed, epochs=epochs)
+  timer = _EpochTimes()
+  model.fit(dataset, steps_per_epoch=steps, epochs=epochs, callbacks=[timer],
+            verbose=0)
+  return statistics.median(timer.seconds[1:])
+
+
+def compare_losses(measured, reference, *, rtol=1e-4):
+  """Fixed-batch losses against a reference run's: what the optimisations
+  must leave unchanged. Returns {"max_relative_difference", "match"}."""
+  worst = 0.0
+  for key, expected in reference.items():
+    value = measured[key]
+    worst = max(worst, abs(value - expected) / max(abs(expected), 1e-12))
+  return {"max_relative_difference": worst, "match": worst <= rtol,
+          "rtol": rtol}
+
+
 def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
                   eval_repeats=3):
   """Returns the benchmark dict (see experiments/benchmark.py)."""
@@ -117,6 +156,8 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
       len(images) // b * b / result["pretrain_examples_per_s"])
   result["fixed_batch_losses"] = fixed_batch_losses(model, x, assignments,
                                                     config)
+  result["pretrain_epoch_seconds"] = epoch_seconds(
+      train.build_model(config, images.shape[1:]), images, labels, config)
   # ru_maxrss is in KiB on Linux.
   result["peak_rss_bytes"] = resource.getrusage(
       resource.RUSAGE_SELF).ru_maxrss * 1024

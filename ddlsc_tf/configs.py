@@ -76,7 +76,7 @@ class Config:
           f"anchor_fraction must be in (0, 1], got {self.anchor_fraction}.")
     if not 0.0 <= self.alpha < 1.0:
       raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
-    if self.num_clusters < 2:
+    if self.num_clusters is not None and self.num_clusters < 2:
       raise ValueError(
           f"num_clusters must be >= 2, got {self.num_clusters}: one cluster "
           f"needs no clustering.")

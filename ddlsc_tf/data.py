@@ -223,7 +223,7 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
 
   Args:
     images: [N, H, W, C] float32.
-    labels: [N] int64, carried along for evaluation only.
+    labels: [N] int64, carried along for evaluation only, or None (-1s).
     batch_size: |B|; must not exceed N.
     seed: int, shuffle seed.
     assignments: optional [N] int32 cluster ids (clustering phase).
@@ -243,6 +243,8 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     raise ValueError(
         f"need 0 <= first_epoch < epochs, got {first_epoch} and {epochs}.")
   steps = n // batch_size
+  if labels is None:  # own images without labels; the steps never read them
+    labels = np.full(n, -1, np.int64)
   tensors = [tf.convert_to_tensor(images), tf.convert_to_tensor(labels)]
   if assignments is not None:
     tensors.append(tf.convert_to_tensor(assignments, dtype=tf.int32))

@@ -5,7 +5,7 @@ pretrain_examples_per_s, recon_only_examples_per_s, cluster1_examples_per_s,
 cluster2_examples_per_s, eval_seconds, peak_rss_bytes and more.
 """
 
-import json
+import os
 
 from absl import app
 from absl import flags
@@ -24,6 +24,10 @@ flags.DEFINE_string("manual_dir", None,
 flags.DEFINE_integer("max_examples", None, "Use only the first N images.")
 flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
 flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
+flags.DEFINE_string(
+    "reference", "experiments/benchmark_reference.json",
+    "Fixed-batch losses of a reference run to compare with (same dataset, "
+    "seed and batch); written there when the file does not exist.")
 
 
 def main(argv):
@@ -45,12 +49,29 @@ def main(argv):
            f"{result['pretrain_over_recon_time']:.2f}"),
           ("stage I step", f"{result['cluster1_examples_per_s']:,.0f} ex/s"),
           ("stage II step", f"{result['cluster2_examples_per_s']:,.0f} ex/s"),
-          ("pre-training epoch (estimate)",
+          ("pre-training epoch (estimate from the step)",
            f"{result['epoch_seconds_estimate']:.1f} s"),
+          ("pre-training epoch (measured, fit + pipeline)",
+           f"{result['pretrain_epoch_seconds']:.1f} s"),
           ("evaluation (embed + k-means + scores)",
            f"{result['eval_seconds']:.1f} s"),
           ("peak resident memory",
            f"{result['peak_rss_bytes'] / 2**30:.2f} GiB")]
+  key = f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
+  references = (checkpoints.read_json(FLAGS.reference)
+                if os.path.exists(FLAGS.reference) else {})
+  if key in references:
+    result["losses_vs_reference"] = benchmark.compare_losses(
+        result["fixed_batch_losses"], references[key])
+    rows.append(("fixed-batch losses vs reference",
+                 "match" if result["losses_vs_reference"]["match"] else
+                 "DIFFER" + f" (max rel. diff "
+                 f"{result['losses_vs_reference']['max_relative_difference']:.1e})"))
+  else:
+    references[key] = result["fixed_batch_losses"]
+    checkpoints.write_json_atomic(FLAGS.reference, references)
+    rows.append(("fixed-batch losses", f"reference written to "
+                 f"{FLAGS.reference}"))
   width = max(len(name) for name, _ in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value}")

@@ -1,0 +1,169 @@
+"""Bad input fails early with an error naming the value (issue: reliability).
+
+One case per bad input at each boundary: presets/config, the runner's
+workdir, the estimator, the data loaders and experiments.predict.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ddlsc_tf import DDLSC
+from ddlsc_tf import configs
+from ddlsc_tf import data
+from ddlsc_tf import inference
+from ddlsc_tf import train
+
+IMAGES = np.random.default_rng(0).random((20, 28, 28)).astype(np.float32)
+
+
+def _with(index, value):
+  x = IMAGES.copy()
+  x[index] = value
+  return x
+
+
+CONFIG_CASES = [
+    ({"num_clusters": 1}, "num_clusters must be >= 2, got 1"),
+    ({"knn_k": 100, "batch_size": 100}, "knn_k 100 must be smaller than "
+                                        "batch_size 100"),
+    ({"anchor_fraction": 0.0}, "anchor_fraction must be in (0, 1], got 0.0"),
+    ({"anchor_fraction": 1.5}, "anchor_fraction must be in (0, 1], got 1.5"),
+    ({"alpha": 1.0}, "alpha must be in [0, 1), got 1.0"),
+    ({"alpha": -0.1}, "alpha must be in [0, 1), got -0.1"),
+    ({"phases": ("pretrain", "bogus")}, "unknown phases ['bogus']"),
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    ({"channels": 2}, "channels must be 1 or 3, got 2"),
+]
+
+
+@pytest.mark.parametrize("changes, message", CONFIG_CASES)
+def test_config_rejects(changes, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    configs.MNIST.replace(**changes)
+
+
+@pytest.mark.parametrize("name", ["cifar10", "folder:"])
+def test_unknown_dataset_is_rejected(name):
+  with pytest.raises(ValueError, match=re.escape(repr(name))):
+    configs.get_preset(name)
+
+
+@pytest.mark.parametrize("changes, n, message", [
+    ({"batch_size": 1000}, 300, "batch_size 1000 is larger than the dataset "
+                                "(300 images)"),
+    ({"num_clusters": 50, "batch_size": 20, "knn_k": 3}, 30,
+     "num_clusters 50 is more than the 30 images"),
+])
+def test_config_that_does_not_fit_the_data(changes, n, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    train.check_config_for_data(configs.MNIST.replace(**changes), n)
+
+
+ESTIMATOR_CASES = [
+    ("nan", _with((3, 4, 5), np.nan), ValueError, "NaN or inf"),
+    ("inf", _with((7, 0, 0), np.inf), ValueError, "index (7, 0, 0, 0)"),
+    ("empty", np.zeros((0, 28, 28), np.float32), ValueError, "empty"),
+    ("rank 2", np.zeros((10, 28), np.float32), ValueError, "(10, 28)"),
+    ("rank 5", np.zeros((2, 3, 28, 28, 1), np.float32), ValueError,
+     "(2, 3, 28, 28, 1)"),
+    ("out of range", IMAGES * 255, ValueError, "got float values in ["),
+    ("strings", np.array([["a"]]), TypeError, "dtype <U1"),
+]
+
+
+@pytest.mark.parametrize("name, x, error, message", ESTIMATOR_CASES,
+                         ids=[c[0] for c in ESTIMATOR_CASES])
+def test_estimator_rejects_bad_images(name, x, error, message):
+  del name
+  with pytest.raises(error, match=re.escape(message)):
+    DDLSC(n_clusters=3).fit(x)
+
+
+@pytest.mark.parametrize("n_clusters, message", [
+    (1, "n_clusters must be an integer >= 2, got 1"),
+    (25, "n_clusters 25 is more than the 20 images"),
+    ("ten", "got 'ten'"),
+])
+def test_estimator_rejects_bad_cluster_counts(n_clusters, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    DDLSC(n_clusters=n_clusters).fit(IMAGES)
+
+
+def test_estimator_rejects_unknown_parameters_and_bad_labels():
+  with pytest.raises(ValueError, match="unknown parameters \\['epochs'\\]"):
+    DDLSC(epochs=3)
+  with pytest.raises(ValueError, match=re.escape("y must have shape (20,)")):
+    DDLSC(n_clusters=3).fit(IMAGES, np.zeros(5, int))
+  with pytest.raises(RuntimeError, match="not fitted"):
+    DDLSC().predict(IMAGES)
+
+
+def test_estimator_predict_rejects_another_image_shape():
+  model = train.build_model(configs.TINY, (28, 28, 1))
+  estimator = DDLSC(n_clusters=10)
+  estimator.model_ = model
+  with pytest.raises(ValueError, match=re.escape(
+      "have shape (16, 16, 1) per image, but the model takes (28, 28, 1)")):
+    estimator.predict(np.zeros((4, 16, 16), np.float32))
+
+
+def test_workdir_with_another_run_is_refused(tmp_path):
+  config = configs.TINY
+  train.prepare_workdir(str(tmp_path), config, resume=False, overwrite=False)
+  (tmp_path / "result.json").write_text("{}")
+  with pytest.raises(FileExistsError, match=re.escape(str(tmp_path))):
+    train.prepare_workdir(str(tmp_path), config, resume=False,
+                          overwrite=False)
+  with pytest.raises(ValueError, match="alpha \\(saved 0.1, now 0.3\\)"):
+    train.prepare_workdir(str(tmp_path), config.replace(alpha=0.3),
+                          resume=True, overwrite=False)
+  with pytest.raises(ValueError, match="exclude each other"):
+    train.prepare_workdir(str(tmp_path), config, resume=True, overwrite=True)
+  # --overwrite removes the earlier run's outputs and nothing else.
+  (tmp_path / "notes.txt").write_text("mine")
+  train.prepare_workdir(str(tmp_path), config.replace(alpha=0.3),
+                        resume=False, overwrite=True)
+  assert sorted(os.listdir(tmp_path)) == ["config.json", "notes.txt"]
+  assert json.loads((tmp_path / "config.json").read_text())["alpha"] == 0.3
+
+
+def test_missing_dataset_file_is_named(tmp_path, mnist_manual_dir):
+  manual = tmp_path / "manual"
+  manual.mkdir()
+  for name in ("train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+               "t10k-labels-idx1-ubyte.gz"):
+    os.symlink(os.path.join(mnist_manual_dir, name), manual / name)
+  with pytest.raises(FileNotFoundError,
+                     match="lacks train-labels-idx1-ubyte.gz for mnist"):
+    data.load_images("mnist", data_dir=str(tmp_path / "tfds"),
+                     manual_dir=str(manual))
+  with pytest.raises(FileNotFoundError, match="is not a folder"):
+    data.load_images("mnist", data_dir=str(tmp_path / "tfds"),
+                     manual_dir=str(tmp_path / "nowhere"))
+
+
+def test_corrupt_dataset_file_is_named(tmp_path, mnist_manual_dir):
+  manual = tmp_path / "manual"
+  manual.mkdir()
+  for name in data.MANUAL_FILES["mnist"][0]:
+    os.symlink(os.path.join(mnist_manual_dir, name), manual / name)
+  os.remove(manual / "train-labels-idx1-ubyte.gz")
+  (manual / "train-labels-idx1-ubyte.gz").write_bytes(b"not a gzip file")
+  with pytest.raises(ValueError, match=r"(?s)cannot prepare mnist.*"
+                     r"train-labels-idx1-ubyte.gz.*corrupt"):
+    data.load_images("mnist", data_dir=str(tmp_path / "tfds"),
+                     manual_dir=str(manual))
+
+
+def test_predict_names_a_missing_model(tmp_path):
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      str(tmp_path / "model.keras"))):
+    inference.load_trained(str(tmp_path))
+  bad = tmp_path / "bad.keras"
+  bad.write_bytes(b"not a zip")
+  with pytest.raises(ValueError, match=re.escape(str(bad))):
+    inference.load_trained(str(bad))
