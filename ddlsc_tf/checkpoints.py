@@ -36,6 +36,17 @@ def _atomic(path, write, suffix):
     raise
 
 
+def remove_temp_files(folder):
+  """Deletes what a killed writer left: temp files and folders of `_atomic`
+  and `export_atomic` (never a finished file)."""
+  for pattern in (".tmp-*", ".old-export-*"):
+    for path in glob.glob(os.path.join(folder, pattern)):
+      if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        os.remove(path)
+
+
 def write_json_atomic(path, payload):
   """Writes JSON to a temp file in the same folder, then renames it."""
   def write(tmp):
@@ -112,6 +123,7 @@ class Checkpointer:
   def __init__(self, folder):
     self.folder = folder
     self._count = 0
+    remove_temp_files(folder)
     state = self.load()
     if state is not None:
       self._count = state["checkpoint"]

@@ -421,6 +421,7 @@ def prepare_workdir(workdir, config, *, resume, overwrite):
         f"--resume to continue it, --overwrite to replace it, or choose "
         f"another --workdir.")
   os.makedirs(workdir, exist_ok=True)
+  checkpoints.remove_temp_files(workdir)
   checkpoints.write_json_atomic(config_path, config.to_dict())
 
 

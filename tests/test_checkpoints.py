@@ -1,0 +1,66 @@
+"""Atomic writes and the per-epoch checkpoint."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from ddlsc_tf import checkpoints
+from ddlsc_tf import configs
+from ddlsc_tf import train
+
+
+def test_failed_json_write_keeps_the_old_file_and_no_temp(tmp_path):
+  path = tmp_path / "result.json"
+  checkpoints.write_json_atomic(str(path), {"acc": 0.5})
+  with pytest.raises(TypeError):
+    checkpoints.write_json_atomic(str(path), {"acc": object()})
+  assert json.loads(path.read_text()) == {"acc": 0.5}
+  assert sorted(os.listdir(tmp_path)) == ["result.json"]
+
+
+def test_leftovers_of_a_killed_writer_are_removed(tmp_path):
+  (tmp_path / ".tmp-abc.json").write_text("{half")
+  (tmp_path / ".old-export-x").mkdir()
+  (tmp_path / "result.json").write_text("{}")
+  checkpoints.remove_temp_files(str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == ["result.json"]
+
+
+def test_checkpoint_round_trip_keeps_only_the_latest(tmp_path):
+  keras.utils.set_random_seed(0)
+  config = configs.TINY
+  model = train.build_model(config, (28, 28, 1))
+  train.compile_model(model, config)
+  model.optimizer.build(model.trainable_variables)
+  saver = checkpoints.Checkpointer(str(tmp_path / "ckpt"))
+  saver.save(model, {"phase": "pretrain", "epoch": 1})
+  assignments = np.arange(50, dtype=np.int32) % 7
+  model.centroids.assign(np.ones(model.centroids.shape, np.float32))
+  saver.save(model, {"phase": "cluster1", "epoch": 3},
+             assignments=assignments)
+  files = sorted(os.listdir(tmp_path / "ckpt"))
+  assert files == ["ckpt-000002.assignments.npy", "ckpt-000002.weights.h5",
+                   "state.json"]
+
+  fresh = train.build_model(config, (28, 28, 1))
+  train.compile_model(fresh, config)
+  fresh.optimizer.build(fresh.trainable_variables)
+  reopened = checkpoints.Checkpointer(str(tmp_path / "ckpt"))
+  state = reopened.load()
+  assert (state["phase"], state["epoch"], state["checkpoint"]) == (
+      "cluster1", 3, 2)
+  np.testing.assert_array_equal(reopened.restore(fresh, state), assignments)
+  for a, b in zip(fresh.get_weights(), model.get_weights(), strict=True):
+    np.testing.assert_array_equal(a, b)
+  # Numbering goes on after a restart, so no file name is reused.
+  reopened.save(fresh, {"phase": None})
+  assert "ckpt-000003.weights.h5" in os.listdir(tmp_path / "ckpt")
+
+
+def test_corrupt_state_names_the_file(tmp_path):
+  (tmp_path / "state.json").write_text("{not json")
+  with pytest.raises(ValueError, match="state.json is not valid JSON"):
+    checkpoints.Checkpointer(str(tmp_path))
