@@ -22,7 +22,7 @@ import numpy as np
 
 def _atomic(path, write, suffix):
   folder = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ddlsc-tmp-", suffix=suffix)
   os.close(fd)
   try:
     write(tmp)
@@ -39,7 +39,7 @@ def _atomic(path, write, suffix):
 def remove_temp_files(folder):
   """Deletes what a killed writer left: temp files and folders of `_atomic`
   and `export_atomic` (never a finished file)."""
-  for pattern in (".tmp-*", ".old-export-*"):
+  for pattern in (".ddlsc-tmp-*", ".ddlsc-old-export-*"):
     for path in glob.glob(os.path.join(folder, pattern)):
       if os.path.isdir(path):
         shutil.rmtree(path, ignore_errors=True)
@@ -86,13 +86,13 @@ def save_weights_atomic(model, path):
 def export_atomic(model, folder):
   """`model.export(folder)` (a SavedModel folder) through a temp folder."""
   parent = os.path.dirname(os.path.abspath(folder))
-  tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
+  tmp = tempfile.mkdtemp(dir=parent, prefix=".ddlsc-tmp-export-")
   old = None
   try:
     model.export(tmp, verbose=False)
     os.chmod(tmp, 0o755)  # mkdtemp makes it private
     if os.path.exists(folder):
-      old = tempfile.mkdtemp(dir=parent, prefix=".old-export-")
+      old = tempfile.mkdtemp(dir=parent, prefix=".ddlsc-old-export-")
       os.replace(folder, os.path.join(old, "export"))
     os.replace(tmp, folder)
   except BaseException:

@@ -76,6 +76,18 @@ class Config:
           f"anchor_fraction must be in (0, 1], got {self.anchor_fraction}.")
     if not 0.0 <= self.alpha < 1.0:
       raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
+    non_negative = ("cluster1_iterations", "cluster2_iterations", "seed",
+                    "cluster_tolerance", "pretrain_tolerance", "lambda_r",
+                    "lambda_w", "lambda_b", "lambda_d_start", "lambda_d_end")
+    for name in non_negative:
+      if getattr(self, name) is not None and getattr(self, name) < 0:
+        raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+    if not self.learning_rate > 0:
+      raise ValueError(
+          f"learning_rate must be > 0, got {self.learning_rate}.")
+    if self.tsne_points < 0 or 0 < self.tsne_points < 50:
+      raise ValueError(f"tsne_points must be 0 (no pictures) or >= 50, got "
+                       f"{self.tsne_points}.")
     if self.num_clusters is not None and self.num_clusters < 2:
       raise ValueError(
           f"num_clusters must be >= 2, got {self.num_clusters}: one cluster "
@@ -209,8 +221,10 @@ def for_images(image_shape, *, num_clusters, num_examples, **overrides):
   base = MNIST if (h, w, c) == (28, 28, 1) else MNIST.replace(
       paddings=("same", "same", "same"),
       encoder_filters=(8, 8, max(15, -(-60 // ((h // 8) * (w // 8))))))
-  batch = min(base.batch_size, max(num_examples // 4, 2))
+  batch = overrides.get("batch_size",
+                        min(base.batch_size, max(num_examples // 4, 2)))
   changes = dict(dataset="array", num_clusters=num_clusters,
-                 batch_size=batch, knn_k=min(base.knn_k, batch - 1))
+                 batch_size=batch, knn_k=min(base.knn_k, batch - 1),
+                 tsne_points=0)  # pictures would go to a temp workdir
   changes.update(overrides)
   return base.replace(**changes)

@@ -7,7 +7,9 @@ down-sampled from 128x128 to 32x32 as in section 4.3. Labels travel with the
 batches but are used only for evaluation.
 """
 
+import gzip
 import os
+import zipfile
 from typing import NamedTuple, Optional, Tuple
 
 from absl import logging
@@ -190,7 +192,8 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
     try:
       builder.download_and_prepare(
           download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
-    except (download_manager.NonMatchingChecksumError, OSError) as e:
+    except (download_manager.NonMatchingChecksumError, gzip.BadGzipFile,
+            zipfile.BadZipFile, EOFError) as e:
       raise ValueError(
           f"cannot prepare {dataset} from {manual_dir or 'the download'}: "
           f"{e}\nA file there is corrupt or not the expected archive; "

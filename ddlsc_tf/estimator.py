@@ -9,10 +9,12 @@ three phases with `train.run_phases` and keeps the trained Keras model as
 """
 
 import dataclasses
+import os
 import tempfile
 
 import numpy as np
 
+from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import train
 from ddlsc_tf import validation
@@ -40,6 +42,8 @@ class DDLSC:
     config_: the `configs.Config` it was trained with.
     result_: the run's result dict (ACC etc. only when fit got y).
   """
+
+  predict_batch_size = 2000  # images per forward pass in predict/transform
 
   def __init__(self, n_clusters=10, *, workdir=None, verbose=0,
                **overrides):
@@ -95,8 +99,12 @@ class DDLSC:
     return self
 
   def _fit_in(self, workdir, config, images, labels):
-    # A refit replaces the earlier fit's outputs in the same workdir.
-    train.prepare_workdir(workdir, config, resume=False, overwrite=True)
+    # A refit replaces an earlier fit's outputs in the same workdir, but
+    # never a folder that holds something else.
+    saved = os.path.join(workdir, "config.json")
+    overwrite = (os.path.exists(saved) and
+                 checkpoints.read_json(saved).get("dataset") == "array")
+    train.prepare_workdir(workdir, config, resume=False, overwrite=overwrite)
     self.model_, self.result_ = train.run_phases(
         config, images, labels, workdir, verbose=self.verbose)
     self.config_ = config
@@ -110,19 +118,22 @@ class DDLSC:
     self._check_fitted()
     images = validation.check_images(
         X, name="X", expected_shape=self.model_.image_shape)
-    return self.model_.serve(images)
+    outputs = [self.model_.serve(images[i:i + self.predict_batch_size])
+               for i in range(0, len(images), self.predict_batch_size)]
+    return {k: np.concatenate([o[k].numpy() for o in outputs])
+            for k in outputs[0]}
 
   def predict(self, X):
     """[N] int cluster of each image (most similar centroid)."""
-    return self._serve(X)["cluster"].numpy().astype(np.int64)
+    return self._serve(X)["cluster"].astype(np.int64)
 
   def transform(self, X):
     """[N, d] float32 latent embedding of each image."""
-    return self._serve(X)["embedding"].numpy()
+    return self._serve(X)["embedding"]
 
   def score_samples(self, X):
     """[N, K] cosine similarity of each image's latent to each centroid."""
-    return self._serve(X)["scores"].numpy()
+    return self._serve(X)["scores"]
 
   def fit_predict(self, X, y=None):
     return self.fit(X, y).labels_

@@ -30,6 +30,10 @@ def load_trained(path):
     raise ValueError(f"cannot load the model {file}: {e}") from e
   if not isinstance(model, model_lib.DDLSC) or model.centroids is None:
     raise ValueError(f"{file} is not a DDLSC model with centroids.")
+  if not np.any(model.centroids.numpy()):
+    raise ValueError(
+        f"{file} has no centroids yet (a model saved before clustering, "
+        f"e.g. pretrain.keras); use the run's model.keras.")
   return model
 
 

@@ -204,7 +204,7 @@ def save_figure(fig, path):
   path = os.fspath(path)
   folder = os.path.dirname(os.path.abspath(path))
   os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".png")
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ddlsc-tmp-", suffix=".png")
   try:
     with os.fdopen(fd, "wb") as f:
       fig.savefig(f, format="png")

@@ -6,6 +6,7 @@ DIR/result.json. A checkpoint after every epoch (DIR/checkpoint/) lets a
 killed run continue with `resume=True` exactly where it stopped.
 """
 
+import glob
 import os
 import shutil
 import time
@@ -330,8 +331,10 @@ def _pictures(model, images, labels, config, workdir, phase, phase_result):
     if labels is not None:
       figures["confusion"] = plots.confusion_figure(labels, assignments,
                                                     title=title)
-  except ImportError as e:
-    logging.warning("no pictures: %s", e)
+  except Exception as e:  # pylint: disable=broad-except
+    # Pictures are a by-product: a missing matplotlib or a t-SNE that cannot
+    # run (too few points, NaN) must not fail a trained phase.
+    logging.warning("no pictures for %s: %s", phase, e)
     return
   writer = tf.summary.create_file_writer(
       os.path.join(workdir, "tb", phase, "eval"))
@@ -393,13 +396,27 @@ _RUN_OUTPUTS = ("config.json", "result.json", "checkpoint", "tb", "export",
                                        for p in model_lib.DDLSC.PHASES)
 
 
-def prepare_workdir(workdir, config, *, resume, overwrite):
+def _run_outputs(workdir):
+  names = [n for n in _RUN_OUTPUTS if os.path.exists(os.path.join(workdir, n))]
+  for pattern in ("tsne_*.png", "confusion_*.png"):
+    names += sorted(os.path.basename(p) for p in glob.glob(
+        os.path.join(workdir, pattern)))
+  return names
+
+
+def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
   """Refuses a workdir holding another run unless told what to do."""
   if resume and overwrite:
     raise ValueError("resume and overwrite exclude each other: resume "
                      "continues the run in the workdir, overwrite deletes it.")
   config_path = os.path.join(workdir, "config.json")
-  found = [n for n in _RUN_OUTPUTS if os.path.exists(os.path.join(workdir, n))]
+  found = _run_outputs(workdir)
+  if found and overwrite and init_from is not None and any(
+      os.path.realpath(os.path.join(workdir, n)) == os.path.realpath(
+          init_from) for n in found):
+    raise ValueError(
+        f"overwrite would delete {init_from}, the model this run starts "
+        f"from; copy it elsewhere or use another workdir.")
   if found and overwrite:
     for name in found:
       path = os.path.join(workdir, name)
@@ -470,11 +487,15 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       different config.
   """
   check_phases(config.phases, init_from)
-  prepare_workdir(workdir, config, resume=resume, overwrite=overwrite)
+  # Data first: a config that does not fit it fails before the workdir (and
+  # an earlier run in it) is touched.
   images, labels = data.load_images(
       config.dataset, data_dir=data_dir, manual_dir=manual_dir,
       max_examples=config.max_examples, image_size=config.image_size,
       channels=config.channels)
+  check_config_for_data(config, len(images))
+  prepare_workdir(workdir, config, resume=resume, overwrite=overwrite,
+                  init_from=init_from)
   _, result = run_phases(config, images, labels, workdir,
                          init_from=init_from, verbose=verbose, build=build,
                          resume=resume)
@@ -530,6 +551,11 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     done = []
   else:
     result, done = state["result"], state["done"]
+    if result["num_examples"] != len(images):
+      raise ValueError(
+          f"cannot resume the run in {workdir}: it trained on "
+          f"{result['num_examples']} images, the data now has {len(images)}."
+          f" Resume on the same data, or use --overwrite.")
     if state.get("phase") is None:  # saved at a phase boundary
       checkpointer.restore(model, state)
     logging.info("resuming %s: phases done %s", workdir, done)
@@ -571,7 +597,8 @@ def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):
   """
   images, labels = data.load_images(
       config.dataset, data_dir=data_dir, manual_dir=manual_dir,
-      max_examples=config.max_examples)
+      max_examples=config.max_examples, image_size=config.image_size,
+      channels=config.channels)
   start = time.time()
   km = sklearn_cluster.KMeans(n_clusters=config.num_clusters,
                               n_init=config.kmeans_n_init,
@@ -580,4 +607,5 @@ def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):
   return {"dataset": config.dataset, "seed": config.seed,
           "num_examples": int(len(images)),
           "seconds": round(time.time() - start, 2),
-          **metrics.clustering_scores(labels, assignments)}
+          **({} if labels is None else
+             metrics.clustering_scores(labels, assignments))}

@@ -22,8 +22,8 @@ def test_failed_json_write_keeps_the_old_file_and_no_temp(tmp_path):
 
 
 def test_leftovers_of_a_killed_writer_are_removed(tmp_path):
-  (tmp_path / ".tmp-abc.json").write_text("{half")
-  (tmp_path / ".old-export-x").mkdir()
+  (tmp_path / ".ddlsc-tmp-abc.json").write_text("{half")
+  (tmp_path / ".ddlsc-old-export-x").mkdir()
   (tmp_path / "result.json").write_text("{}")
   checkpoints.remove_temp_files(str(tmp_path))
   assert sorted(os.listdir(tmp_path)) == ["result.json"]

@@ -135,7 +135,7 @@ def test_killed_run_resumes_to_the_same_result(smoke, tmp_path,
   assert list(result["phases"]) == ["pretrain", "cluster1", "cluster2"]
   assert _scores(result) == _scores(smoke[1])
   assert interrupted["checkpoint"] >= 1
-  assert not list(tmp_path.rglob(".tmp-*")), "a temp file was left behind"
+  assert not list(tmp_path.rglob(".ddlsc-tmp-*")), "a temp file was left behind"
   # A finished run resumes to itself without training again.
   again = _run(tmp_path, tfds_data_dir, mnist_manual_dir, "--resume")
   assert _scores(again) == _scores(result)

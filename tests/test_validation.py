@@ -167,3 +167,38 @@ def test_predict_names_a_missing_model(tmp_path):
   bad.write_bytes(b"not a zip")
   with pytest.raises(ValueError, match=re.escape(str(bad))):
     inference.load_trained(str(bad))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"cluster1_iterations": -1}, "cluster1_iterations must be >= 0, got -1"),
+    ({"seed": -3}, "seed must be >= 0, got -3"),
+    ({"learning_rate": 0.0}, "learning_rate must be > 0, got 0.0"),
+    ({"tsne_points": 10}, "tsne_points must be 0 (no pictures) or >= 50"),
+])
+def test_config_rejects_more(changes, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    configs.MNIST.replace(**changes)
+
+
+def test_overwrite_never_deletes_the_model_it_starts_from(tmp_path):
+  train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
+                        overwrite=False)
+  (tmp_path / "pretrain.keras").write_bytes(b"weights")
+  with pytest.raises(ValueError, match="overwrite would delete"):
+    train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
+                          overwrite=True,
+                          init_from=str(tmp_path / "pretrain.keras"))
+  assert (tmp_path / "pretrain.keras").exists()
+
+
+def test_estimator_keeps_a_workdir_that_holds_another_run(tmp_path):
+  train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
+                        overwrite=False)
+  with pytest.raises(FileExistsError, match=re.escape(str(tmp_path))):
+    DDLSC(n_clusters=3, workdir=str(tmp_path), pretrain_epochs=1).fit(IMAGES)
+
+
+def test_estimator_batch_override_keeps_k_valid():
+  config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=1000,
+                              batch_size=8)
+  assert (config.batch_size, config.knn_k) == (8, 7)
