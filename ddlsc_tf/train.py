@@ -189,13 +189,17 @@ def _cluster_stage(model, images, labels, config, run, phase,
   """Alternating maximisation of stage I (eq. 8) or stage II (eq. 11).
 
   Each outer iteration: assignments S and centroids μ from the whole
-  dataset, L_c and the scores, then `epochs_per_iteration` epochs on θ with
+  dataset, L_c and the scores, then `epochs_per_iteration` epochs (at least
+  `min_steps_per_iteration` steps) on θ with
   S fixed. A checkpoint after every epoch holds S, so a resumed iteration
   trains on the assignments it started with.
   """
   iterations = (config.cluster1_iterations if phase == "cluster1"
                 else config.cluster2_iterations)
   seed = config.seed + model_lib.DDLSC.PHASES.index(phase)
+  steps_per_epoch = len(images) // config.batch_size
+  epochs_per_iteration = max(config.epochs_per_iteration, -(
+      -config.min_steps_per_iteration // steps_per_epoch))
   assignments = _start_phase(model, phase, config, run, resume_state)
   if resume_state is None and not _centroids_initialised(model):
     init_centroids(model, images, config)
@@ -245,7 +249,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
         if iteration == iterations or converged:
           break
         previous_l_c = l_c
-        iteration_end = epoch + config.epochs_per_iteration
+        iteration_end = epoch + epochs_per_iteration
       pending = False
       dataset, steps = data.train_dataset(
           images, labels, assignments=assignments.astype(np.int32),

@@ -15,7 +15,8 @@ from ddlsc_tf import DDLSC
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Short phases: these tests check the plumbing, not the accuracy.
 QUICK = dict(pretrain_epochs=2, cluster1_iterations=1, cluster2_iterations=1,
-             epochs_per_iteration=1, kmeans_n_init=1, tsne_points=0)
+             epochs_per_iteration=1, kmeans_n_init=1, tsne_points=0,
+             min_steps_per_iteration=1)
 
 
 @pytest.fixture(scope="module")
