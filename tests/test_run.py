@@ -61,6 +61,12 @@ def test_result_json_is_complete(smoke):
     assert (workdir / f"{name}.keras").exists(), name
   for name in ("pretrain", "cluster1", "cluster2"):
     assert list((workdir / "tb" / name).rglob("events.out.tfevents.*"))
+    for kind in ("tsne", "confusion"):
+      png = workdir / f"{kind}_{name}.png"
+      assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+  assert (workdir / "export" / "saved_model.pb").exists()
+  # The run's hyper-parameters are logged for TensorBoard's HPARAMS tab.
+  assert list((workdir / "tb").glob("events.out.tfevents.*"))
 
 
 def test_same_seed_same_numbers(smoke, tmp_path, tfds_data_dir,
