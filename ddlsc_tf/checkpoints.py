@@ -20,7 +20,8 @@ import tempfile
 import numpy as np
 
 
-def _atomic(path, write, suffix):
+def write_atomic(path, write, suffix):
+  """Calls write(tmp) on a temp file beside `path`, then renames it there."""
   folder = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ddlsc-tmp-", suffix=suffix)
   os.close(fd)
@@ -53,14 +54,14 @@ def write_json_atomic(path, payload):
     with open(tmp, "w") as f:
       json.dump(payload, f, indent=2)
       f.write("\n")
-  _atomic(path, write, ".json")
+  write_atomic(path, write, ".json")
 
 
 def write_text_atomic(path, text):
   def write(tmp):
     with open(tmp, "w") as f:
       f.write(text)
-  _atomic(path, write, ".txt")
+  write_atomic(path, write, ".txt")
 
 
 def read_json(path):
@@ -75,12 +76,12 @@ def json_round_trip(payload):
 
 def save_model_atomic(model, path):
   """`model.save(path)` (.keras) through a temp file."""
-  _atomic(path, model.save, ".keras")
+  write_atomic(path, model.save, ".keras")
 
 
 def save_weights_atomic(model, path):
   """`model.save_weights(path)` (.weights.h5, optimizer state included)."""
-  _atomic(path, model.save_weights, ".weights.h5")
+  write_atomic(path, model.save_weights, ".weights.h5")
 
 
 def export_atomic(model, folder):
@@ -107,7 +108,7 @@ def save_npy_atomic(path, array):
   def write(tmp):
     with open(tmp, "wb") as f:
       np.save(f, array)
-  _atomic(path, write, ".npy")
+  write_atomic(path, write, ".npy")
 
 
 class Checkpointer:

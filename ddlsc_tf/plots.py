@@ -9,7 +9,6 @@ not change the backend of the calling process (e.g. a notebook).
 import io
 import os
 import sys
-import tempfile
 
 import numpy as np
 from scipy import optimize
@@ -17,6 +16,7 @@ from sklearn import manifold
 import tensorflow as tf
 import threadpoolctl
 
+from ddlsc_tf import checkpoints
 from ddlsc_tf import metrics
 
 # Classes coloured with a qualitative map up to this many, a continuous one
@@ -202,20 +202,10 @@ def save_figure(fig, path):
   half-written file.
   """
   path = os.fspath(path)
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ddlsc-tmp-", suffix=".png")
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   try:
-    with os.fdopen(fd, "wb") as f:
-      fig.savefig(f, format="png")
-      f.flush()
-      os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)  # mkstemp makes it private
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
+    checkpoints.write_atomic(
+        path, lambda tmp: fig.savefig(tmp, format="png"), ".png")
   finally:
     _close(fig)
 
