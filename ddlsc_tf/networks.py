@@ -10,11 +10,41 @@ without custom code.
 """
 
 import keras
+import tensorflow as tf
 
 
 def _all_pools(pools, filters):
   """None means every block pools (the MNIST network)."""
   return (True,) * len(filters) if pools is None else tuple(pools)
+
+
+@keras.saving.register_keras_serializable(package="ddlsc_tf")
+class FusedBatchNormalization(keras.layers.BatchNormalization):
+  """`keras.layers.BatchNormalization` whose training pass on [B, H, W, C]
+  runs TensorFlow's fused kernel (one pass forward, one backward).
+
+  Same variables, same maths: the batch statistics normalise the batch and
+  update the moving averages with Keras' momentum rule (the fused kernel's
+  unbiased variance is turned back into Keras' biased one). Outputs and
+  gradients match Keras' layer to float32 round-off (tests/test_networks.py)
+  at about a third of its time on CPU, where Keras' unfused batch norm was
+  the most expensive op of the MNIST network (RESULTS.md, "Speed").
+  Inference, other ranks and other axes use Keras' own code.
+  """
+
+  def call(self, inputs, training=None, mask=None):
+    if (not training or len(inputs.shape) != 4 or self.axis not in (-1, 3)
+        or self.gamma is None or self.beta is None):
+      return super().call(inputs, training=training, mask=mask)
+    y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
+        inputs, self.gamma, self.beta, epsilon=self.epsilon,
+        is_training=True)
+    n = tf.cast(tf.size(inputs) // tf.shape(inputs)[-1], variance.dtype)
+    variance = variance * (n - 1.0) / tf.maximum(n, 1.0)
+    for moving, batch in ((self.moving_mean, mean),
+                          (self.moving_variance, variance)):
+      moving.assign(moving * self.momentum + batch * (1.0 - self.momentum))
+    return y
 
 
 def _encoder_shapes(input_shape, filters, kernel_sizes, paddings, pools):
@@ -65,7 +95,7 @@ def build_encoder(input_shape, *, filters, kernel_sizes, paddings, pools=None,
       zip(filters, kernel_sizes, paddings, pools)):
     h = keras.layers.Conv2D(f, k, padding=p, activation="relu",
                             name=f"conv{i + 1}")(h)
-    h = keras.layers.BatchNormalization(name=f"bn{i + 1}")(h)
+    h = FusedBatchNormalization(name=f"bn{i + 1}")(h)
     if pool:
       h = keras.layers.MaxPooling2D(2, name=f"pool{i + 1}")(h)
   z = keras.layers.Flatten(name="latent")(h)
@@ -99,7 +129,7 @@ def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
                               name=f"upsample{i + 1}")(h)
     h = keras.layers.Conv2D(f, 3, padding="same", activation="relu",
                             name=f"conv{i + 1}")(h)
-    h = keras.layers.BatchNormalization(name=f"bn{i + 1}")(h)
+    h = FusedBatchNormalization(name=f"bn{i + 1}")(h)
   h = keras.layers.Resizing(*targets[-1], interpolation="nearest",
                             name=f"upsample{len(targets)}")(h)
   outputs = keras.layers.Conv2D(input_shape[-1], 3, padding="same",

@@ -1,5 +1,7 @@
 """Encoder/decoder shapes and sizes for the MNIST and COIL presets."""
 
+import keras
+import numpy as np
 import pytest
 
 from ddlsc_tf import configs
@@ -47,3 +49,27 @@ def test_latent_dim_follows_the_pools():
   assert networks.latent_dim((32, 32, 1), pools=(True, True, False),
                              **kwargs) == 5 * 5 * 6
   assert networks.latent_dim((32, 32, 1), **kwargs) == 2 * 2 * 6
+
+
+def test_fused_batch_norm_matches_keras():
+  """Same outputs, gradients and moving statistics as Keras' layer."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  x = tf.random.stateless_uniform((64, 7, 7, 5), seed=[0, 1]) * 3 + 1
+  weights = tf.random.stateless_normal(x.shape, seed=[2, 3])
+  fused = networks.FusedBatchNormalization()
+  plain = keras.layers.BatchNormalization()
+  outputs = []
+  for layer in (fused, plain):
+    layer.build(x.shape)
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = layer(x, training=True)
+      loss = tf.reduce_sum(y * weights)
+    grads = tape.gradient(loss, [x, layer.gamma, layer.beta])
+    outputs.append([y, *grads, layer.moving_mean, layer.moving_variance,
+                    layer(x, training=False)])
+  for a, b in zip(*outputs):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4,
+                               atol=1e-4)
+  assert "FusedBatchNormalization" in str(keras.saving.serialize_keras_object(
+      fused))
