@@ -7,6 +7,8 @@ cluster2_examples_per_s, eval_seconds, peak_rss_bytes and more.
 
 import os
 
+import keras
+
 from absl import app
 from absl import flags
 
@@ -14,6 +16,7 @@ from ddlsc_tf import benchmark
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
+from ddlsc_tf import networks
 from ddlsc_tf import train
 
 FLAGS = flags.FLAGS
@@ -26,12 +29,21 @@ flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
 flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
 flags.DEFINE_string(
     "reference", "experiments/benchmark_reference.json",
-    "Fixed-batch losses of a reference run to compare with (same dataset, "
-    "seed and batch); written there when the file does not exist.")
+    "Fixed-batch losses of the unoptimised code to compare with (same "
+    "dataset, seed and batch).")
+flags.DEFINE_bool(
+    "write_reference", False,
+    "Write this run's fixed-batch losses as the reference instead.")
+flags.DEFINE_bool(
+    "unfused_batch_norm", False,
+    "Build the network with Keras' own BatchNormalization (the code before "
+    "the fused-kernel speed-up), e.g. to write the reference.")
 
 
 def main(argv):
   del argv
+  if FLAGS.unfused_batch_norm:
+    networks.FusedBatchNormalization = keras.layers.BatchNormalization
   config = configs.get_preset(FLAGS.dataset)
   if FLAGS.max_examples:
     config = config.replace(max_examples=FLAGS.max_examples)
@@ -60,7 +72,7 @@ def main(argv):
   key = f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
   references = (checkpoints.read_json(FLAGS.reference)
                 if os.path.exists(FLAGS.reference) else {})
-  if key in references:
+  if key in references and not FLAGS.write_reference:
     result["losses_vs_reference"] = benchmark.compare_losses(
         result["fixed_batch_losses"], references[key])
     rows.append(("fixed-batch losses vs reference",
