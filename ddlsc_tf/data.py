@@ -225,7 +225,7 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
   weights assume |B| is fixed), a different few each epoch.
 
   Args:
-    images: [N, H, W, C] float32.
+    images: [N, H, W, C] float32, NumPy or a tensor (reused, not copied).
     labels: [N] int64, carried along for evaluation only, or None (-1s).
     batch_size: |B|; must not exceed N.
     seed: int, shuffle seed.

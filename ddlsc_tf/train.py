@@ -215,6 +215,8 @@ def _cluster_stage(model, images, labels, config, run, phase,
   if resume_state is not None and not pending:
     iteration += 1  # the checkpoint ended that iteration's last epoch
   start = time.time() - s["seconds"]
+  # One tensor copy of the images for all the iterations' datasets.
+  images_tensor = tf.convert_to_tensor(images)
 
   def checkpoint(epochs_done):
     run.save({"phase": phase, "iteration": iteration, "epoch": epochs_done,
@@ -252,7 +254,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
         iteration_end = epoch + epochs_per_iteration
       pending = False
       dataset, steps = data.train_dataset(
-          images, labels, assignments=assignments.astype(np.int32),
+          images_tensor, labels, assignments=assignments.astype(np.int32),
           batch_size=config.batch_size, seed=seed, first_epoch=epoch,
           epochs=iteration_end)
       model.fit(dataset, steps_per_epoch=steps, initial_epoch=epoch,
