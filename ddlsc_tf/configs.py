@@ -33,6 +33,9 @@ class Config:
   pools: Tuple[bool, ...] = (True, True, True)
   anchor_selection: str = "similarity"
   knn_neutral: bool = False
+  # What the kNN graph compares: "raw" images (the paper) or "smoothed"
+  # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
+  knn_features: str = "raw"
   # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
   # assignments S, centroids μ, then `epochs_per_iteration` epochs on θ;
   # it stops after `*_iterations` or when L_c moves less than the tolerance.
@@ -108,6 +111,9 @@ class Config:
           f"{self.image_size}.")
     if self.channels not in (None, 1, 3):
       raise ValueError(f"channels must be 1 or 3, got {self.channels}.")
+    if self.knn_features not in ("raw", "smoothed"):
+      raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
+                       f"{self.knn_features!r}.")
     phases = ("pretrain", "cluster1", "cluster2")
     unknown = [p for p in self.phases if p not in phases]
     if unknown or not self.phases:

@@ -30,6 +30,8 @@ class DDLSC(keras.Model):
     anchor_fraction: fraction of kNN pairs kept as anchors, in (0, 1].
     anchor_selection: how kNN pairs are ranked for the anchor set, one of
       `losses.ANCHOR_SELECTIONS`.
+    knn_features: what the kNN graph compares, one of
+      `losses.KNN_FEATURES` ("raw": the images, as the paper says).
     knn_neutral: if True, kNN pairs that are not anchors are neither pulled
       nor pushed (left out of L_d); if False, eq. 5 as written pushes them.
     alpha: anchor discount α of eq. 3, in [0, 1).
@@ -47,6 +49,7 @@ class DDLSC(keras.Model):
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
+               knn_features="raw",
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
                cluster_lambda_r=None, phase="pretrain", **kwargs):
     super().__init__(**kwargs)
@@ -61,6 +64,10 @@ class DDLSC(keras.Model):
     self.anchor_fraction = float(anchor_fraction)
     self.anchor_selection = anchor_selection
     self.knn_neutral = bool(knn_neutral)
+    if knn_features not in losses.KNN_FEATURES:
+      raise ValueError(f"unknown knn_features {knn_features!r}; expected "
+                       f"one of {losses.KNN_FEATURES}.")
+    self.knn_features = knn_features
     self.num_clusters = None if num_clusters is None else int(num_clusters)
     self.lambda_w = float(lambda_w)
     self.lambda_b = float(lambda_b)
@@ -196,7 +203,7 @@ class DDLSC(keras.Model):
   def _anchors(self, x):
     """Anchor mask and the pairs L_d leaves out (None: eq. 5 as written)."""
     anchors, graph = losses.anchor_mask(
-        x, k=self.knn_k, anchor_fraction=self.anchor_fraction,
+        losses.knn_features(x, features=self.knn_features), k=self.knn_k, anchor_fraction=self.anchor_fraction,
         selection=self.anchor_selection, return_graph=True)
     return anchors, (graph if self.knn_neutral else None)
 
@@ -254,6 +261,7 @@ class DDLSC(keras.Model):
         anchor_fraction=self.anchor_fraction,
         anchor_selection=self.anchor_selection,
         knn_neutral=self.knn_neutral,
+        knn_features=self.knn_features,
         num_clusters=self.num_clusters,
         lambda_d=float(self.lambda_d.numpy()),
         lambda_w=self.lambda_w,

@@ -107,6 +107,39 @@ def test_rank_selection_prefers_mutual_neighbours(rng):
   assert not (a & ~mutual).any()
 
 
+def _smoothed_ref(x):
+  """5x5 Gaussian (σ = 1, zero padding), then 2x2 average pool."""
+  taps = np.exp(-np.arange(-2.0, 3.0) ** 2 / 2)
+  kernel = np.outer(taps, taps) / taps.sum() ** 2
+  b, h, w, c = x.shape
+  padded = np.pad(x.astype(np.float64), ((0, 0), (2, 2), (2, 2), (0, 0)))
+  blurred = np.zeros(x.shape)
+  for di in range(5):
+    for dj in range(5):
+      blurred += kernel[di, dj] * padded[:, di:di + h, dj:dj + w]
+  h2, w2 = h // 2, w // 2
+  pooled = blurred[:, :2 * h2, :2 * w2].reshape(b, h2, 2, w2, 2, c)
+  return pooled.mean(axis=(2, 4)).reshape(b, -1)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("shape", [(3, 28, 28, 1), (2, 9, 11, 3)])
+def test_knn_features_match_reference(rng, graph, shape):
+  x = rng.random(shape).astype(np.float32)
+  smoothed = _run(losses.knn_features, graph, x=tf.constant(x),
+                  features="smoothed")
+  np.testing.assert_allclose(smoothed.numpy(), _smoothed_ref(x), atol=1e-5)
+  raw = _run(losses.knn_features, graph, x=tf.constant(x), features="raw")
+  np.testing.assert_array_equal(raw.numpy(), x.reshape(len(x), -1))
+
+
+def test_knn_features_reject_unknown_names_and_ranks():
+  with pytest.raises(ValueError, match="unknown knn features 'blur'"):
+    losses.knn_features(tf.zeros([2, 8, 8, 1]), features="blur")
+  with pytest.raises(ValueError, match="x must have rank 4"):
+    losses.knn_features(tf.zeros([2, 64]), features="smoothed")
+
+
 def test_unknown_anchor_selection_is_rejected():
   with pytest.raises(ValueError, match="'global'"):
     losses.anchor_mask(tf.zeros([4, 2]), k=1, anchor_fraction=0.5,
