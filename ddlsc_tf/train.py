@@ -216,8 +216,6 @@ def _cluster_stage(model, images, labels, config, run, phase,
   if resume_state is not None and not pending:
     iteration += 1  # the checkpoint ended that iteration's last epoch
   start = time.time() - s["seconds"]
-  # One tensor copy of the images for all the iterations' datasets.
-  images_tensor = tf.convert_to_tensor(images)
 
   def checkpoint(epochs_done):
     run.save({"phase": phase, "iteration": iteration, "epoch": epochs_done,
@@ -255,7 +253,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
         iteration_end = epoch + epochs_per_iteration
       pending = False
       dataset, steps = data.train_dataset(
-          images_tensor, labels, assignments=assignments.astype(np.int32),
+          images, labels, assignments=assignments.astype(np.int32),
           batch_size=config.batch_size, seed=seed, first_epoch=epoch,
           epochs=iteration_end)
       model.fit(dataset, steps_per_epoch=steps, initial_epoch=epoch,
@@ -503,6 +501,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   check_config_for_data(config, len(images))
   prepare_workdir(workdir, config, resume=resume, overwrite=overwrite,
                   init_from=init_from)
+  # The run keeps one tensor copy of the images; the NumPy one goes.
+  images = data.as_tensor(images)
   _, result = run_phases(config, images, labels, workdir,
                          init_from=init_from, verbose=verbose, build=build,
                          resume=resume)
@@ -523,7 +523,11 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   Returns:
     (the trained model, the result dict written to DIR/result.json).
   """
-  images = validation.check_images(images)
+  checked = validation.check_images(images)  # a view of a float32 tensor
+  if not (isinstance(images, tf.Tensor) and images.dtype == tf.float32
+          and tuple(images.shape) == checked.shape):
+    images = data.as_tensor(checked)  # one copy shared by every phase
+  del checked
   labels = validation.check_labels(labels, len(images))
   check_config_for_data(config, len(images))
   logging.info("%s: %d images of shape %s", config.dataset, len(images),

@@ -2,9 +2,20 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from ddlsc_tf import data
+
+
+def test_as_tensor_copies_arrays_once_and_passes_tensors_through():
+  array = np.arange(12, dtype=np.float32).reshape(3, 4)
+  tensor = data.as_tensor(array)
+  assert isinstance(tensor, tf.Tensor)
+  np.testing.assert_array_equal(tensor.numpy(), array)
+  assert data.as_tensor(tensor) is tensor
+  assert data.as_tensor(np.array([1, 2]), tf.int32).dtype == tf.int32
+  assert data.as_tensor(tensor, tf.int32).dtype == tf.int32
 
 
 def test_load_images_coil20(tmp_path, coil_dummy):

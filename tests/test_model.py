@@ -71,6 +71,34 @@ def test_keras_save_reload_gives_identical_model(tmp_path, make_blobs):
                                 model.cluster_scores(x))
 
 
+def test_embed_goes_batch_by_batch_on_arrays_and_tensors(make_blobs):
+  x, _ = make_blobs()
+  model, _ = _model()
+  whole = model.encoder(x, training=False).numpy()
+  for images in (x, tf.constant(x)):
+    z = model.embed(images, batch_size=7)  # a short last batch
+    assert z.shape == (len(x), model.latent_dim)
+    np.testing.assert_allclose(z, whole, rtol=1e-5, atol=1e-6)
+  assert model.embed(x[:0]).shape == (0, model.latent_dim)
+
+
+def test_smoothed_knn_features_train_and_round_trip(tmp_path, make_blobs):
+  x, labels = make_blobs()
+  keras.utils.set_random_seed(0)
+  config = configs.TINY.replace(knn_k=3, knn_features="smoothed")
+  model = train.build_model(config, (28, 28, 1))
+  assert model.knn_features == "smoothed"
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  history = model.fit(x, labels, batch_size=len(x), epochs=2, verbose=0)
+  assert np.isfinite(history.history["pretrain/loss"]).all()
+  model.save(tmp_path / "model.keras")
+  assert keras.models.load_model(
+      tmp_path / "model.keras").knn_features == "smoothed"
+  with pytest.raises(ValueError, match="knn_features must be 'raw' or "
+                     "'smoothed', got 'blur'"):
+    configs.MNIST.replace(knn_features="blur")
+
+
 def test_config_rejects_out_of_range_values():
   with pytest.raises(ValueError, match="alpha must be in \\[0, 1\\), got 1.0"):
     configs.MNIST.replace(alpha=1.0)
