@@ -47,11 +47,31 @@ def cosine_similarity_matrix(z):
 
 
 class KnnGraph(NamedTuple):
-  """A batch's kNN graph on raw inputs (see `knn_graph`)."""
-  graph: tf.Tensor       # [B, B] bool, symmetric, False on the diagonal
-  similarity: tf.Tensor  # [B, B] float, raw cosine similarity (symmetric)
-  rank: tf.Tensor        # [B, B] int32, j's place in i's list; k if absent
-  neighbours: tf.Tensor  # [B, k] int32, i's k nearest, most similar first
+  """A batch's kNN graph on raw inputs (see `knn_graph`).
+
+  Under `tf.function` only the fields a caller uses are computed (unused
+  ops are pruned): the anchors need `similarity`, `neighbours` and
+  `reverse_rank`, never the [B, B] `graph` or `rank`.
+  """
+  graph: tf.Tensor         # [B, B] bool, symmetric, False on the diagonal
+  similarity: tf.Tensor    # [B, B] float, raw cosine similarity (symmetric)
+  rank: tf.Tensor          # [B, B] int32, j's place in i's list; k if absent
+  neighbours: tf.Tensor    # [B, k] int32, i's k nearest, most similar first
+  reverse_rank: tf.Tensor  # [B, k] int32, i's place in the list of its
+                           # neighbour neighbours[i, a]; k if absent
+
+
+def _reverse_rank(neighbours):
+  """[B, k] neighbour lists → [B, k] place of i in neighbours[i, a]'s list.
+
+  Works on the B·k² entries of the neighbours' lists, not on B² pairs.
+  """
+  k = tf.shape(neighbours)[1]
+  theirs = tf.gather(neighbours, neighbours)                       # [B, k, k]
+  me = tf.range(tf.shape(neighbours)[0], dtype=neighbours.dtype)
+  match = tf.equal(theirs, me[:, None, None])
+  place = tf.argmax(tf.cast(match, tf.int32), axis=-1, output_type=tf.int32)
+  return tf.where(tf.reduce_any(match, axis=-1), place, k)
 
 
 def knn_graph(x, *, k):
@@ -74,10 +94,10 @@ def knn_graph(x, *, k):
   batch = tf.shape(similarity)[0]
   tf.debugging.assert_less(
       k, batch, message="knn k must be smaller than the batch size")
-  eye = tf.eye(batch, dtype=tf.bool)
   # -inf on the diagonal so a point is never its own neighbour.
-  masked = tf.where(eye, tf.constant(-float("inf"), similarity.dtype),
-                    similarity)
+  masked = tf.linalg.set_diag(
+      similarity, tf.fill([batch], tf.constant(-float("inf"),
+                                               similarity.dtype)))
   _, neighbours = tf.math.top_k(masked, k=k)
   rows = tf.repeat(tf.range(batch), k)
   indices = tf.stack([rows, tf.reshape(neighbours, [-1])], axis=1)
@@ -87,7 +107,8 @@ def knn_graph(x, *, k):
   rank = tf.where(rank < 0, k, rank)
   directed = rank < k
   graph = tf.logical_or(directed, tf.transpose(directed))
-  return KnnGraph(graph, similarity, rank, neighbours)
+  return KnnGraph(graph, similarity, rank, neighbours,
+                  _reverse_rank(neighbours))
 
 
 KNN_FEATURES = ("raw", "smoothed")
@@ -128,18 +149,19 @@ def knn_features(x, *, features="raw"):
 ANCHOR_SELECTIONS = ("similarity", "rank", "snn")
 
 
-def _graph_threshold(score, knn, fraction):
+def _graph_threshold(entries, mutual, fraction):
   """Score of the pair at which `fraction` of the graph's pairs is reached.
 
   Works on the k|B| directed neighbour entries instead of all |B|² pairs,
   with static shapes (XLA-friendly). An entry i→j stands for the ordered
   pairs (i, j) and (j, i) of the symmetric graph, unless j→i is an entry
   too (a mutual pair), when each stands for one.
+
+  Args:
+    entries: [B, k] float, the score of each entry i→j.
+    mutual: [B, k] bool, whether j→i is an entry too.
+    fraction: in (0, 1].
   """
-  k = tf.shape(knn.neighbours)[1]
-  entries = tf.gather(score, knn.neighbours, batch_dims=1)           # [B, k]
-  mutual = tf.gather(tf.transpose(knn.rank) < k, knn.neighbours,
-                     batch_dims=1)
   weight = tf.where(mutual, 1, 2)
   order = tf.argsort(tf.reshape(entries, [-1]), direction="DESCENDING")
   sorted_scores = tf.gather(tf.reshape(entries, [-1]), order)
@@ -150,6 +172,25 @@ def _graph_threshold(score, knn, fraction):
   keep = tf.clip_by_value(keep, 1, num_pairs)
   first = tf.argmax(tf.cast(covered >= keep, tf.int32), output_type=tf.int32)
   return sorted_scores[first]
+
+
+def _entry_scores(knn, selection):
+  """[B, k] score of each entry i→j; symmetric in (i, j) by construction,
+  so a pair's two entries (when mutual) tie."""
+  k = tf.shape(knn.neighbours)[1]
+  similarity = tf.gather(knn.similarity, knn.neighbours, batch_dims=1)
+  if selection == "similarity":
+    return similarity  # in [-1, 1]
+  if selection == "rank":
+    own = tf.range(k)[None, :]
+    pair_rank = tf.cast(tf.maximum(own, knn.reverse_rank), similarity.dtype)
+    return 0.25 * similarity - pair_rank  # rank first, cosine breaks ties
+  # |N_k(i) ∩ N_k(j)| for j = neighbours[i, a]: compare the two lists.
+  theirs = tf.gather(knn.neighbours, knn.neighbours)               # [B, k, k]
+  shared = tf.reduce_sum(tf.cast(tf.equal(
+      knn.neighbours[:, None, :, None], theirs[:, :, None, :]),
+      similarity.dtype), axis=[2, 3])
+  return shared + 0.25 * similarity  # count first, cosine breaks ties
 
 
 def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
@@ -169,6 +210,11 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
     30% gives ~8.6 anchors per point at 0.92 same-class precision, against
     ~4.4 at 0.93 for "similarity" with k = 10).
 
+  Everything after the similarity matrix and its top-k works on the k|B|
+  neighbour entries (the anchors are scattered from them), not on |B|²
+  pairs: on two CPU cores this is what keeps the discriminative step within
+  1.2x a reconstruction-only one (RESULTS.md, "Speed").
+
   Args:
     x: [B, ...] float raw inputs.
     k: neighbours per point in the kNN graph.
@@ -184,20 +230,17 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
     raise ValueError(f"unknown anchor selection {selection!r}; expected one "
                      f"of {ANCHOR_SELECTIONS}.")
   knn = knn_graph(x, k=k)
-  similarity = knn.similarity
-  if selection == "similarity":
-    score = similarity  # in [-1, 1]
-  elif selection == "rank":
-    pair_rank = tf.cast(tf.maximum(knn.rank, tf.transpose(knn.rank)),
-                        similarity.dtype)
-    score = 0.25 * similarity - pair_rank  # rank first, cosine breaks ties
-  else:
-    directed = tf.cast(knn.rank < k, similarity.dtype)
-    shared = tf.matmul(directed, directed, transpose_b=True)
-    score = shared + 0.25 * similarity  # count first, cosine breaks ties
-  # Symmetric pairs tie at equal values, so the threshold keeps both halves.
-  threshold = _graph_threshold(score, knn, anchor_fraction)
-  anchors = tf.logical_and(knn.graph, score >= threshold)
+  entries = _entry_scores(knn, selection)
+  threshold = _graph_threshold(entries, knn.reverse_rank < k,
+                               anchor_fraction)
+  # A kept entry i→j gives the pair both ways; its mirror j→i, when it is an
+  # entry, has the same score, so the two halves are kept together.
+  batch = tf.shape(entries)[0]
+  rows = tf.repeat(tf.range(batch), k)
+  indices = tf.stack([rows, tf.reshape(knn.neighbours, [-1])], axis=1)
+  kept = tf.scatter_nd(indices, tf.reshape(
+      tf.cast(entries >= threshold, tf.int32), [-1]), [batch, batch]) > 0
+  anchors = tf.logical_or(kept, tf.transpose(kept))
   return (anchors, knn.graph) if return_graph else anchors
 
 

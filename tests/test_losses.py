@@ -70,6 +70,51 @@ def test_knn_graph_matches_reference(rng, graph):
 
 
 @pytest.mark.parametrize("graph", [False, True])
+def test_reverse_rank_is_the_place_in_the_neighbours_list(rng, graph):
+  x = rng.random((30, 4, 4, 1)).astype(np.float32)
+  knn = _run(lambda x: losses.knn_graph(x, k=4), graph, x=tf.constant(x))
+  rank, neighbours = knn.rank.numpy(), knn.neighbours.numpy()
+  for i in range(len(x)):
+    np.testing.assert_array_equal(knn.reverse_rank.numpy()[i],
+                                  rank[neighbours[i], i])
+
+
+def _anchors_ref(x, k, fraction, selection):
+  """The anchor rule on all |B|² pairs: graph pairs scored ≥ the score at
+  which `fraction` of the graph's ordered pairs is covered."""
+  g = _knn_graph_ref(x, k)
+  s = _cosine(x).astype(np.float32)
+  s = (0.5 * (s + s.T)).astype(np.float32)
+  masked = s.copy()
+  np.fill_diagonal(masked, -np.inf)
+  directed = np.zeros_like(g)
+  np.put_along_axis(directed, np.argsort(-masked, axis=1)[:, :k], True, 1)
+  rank = np.full(g.shape, k)
+  np.put_along_axis(rank, np.argsort(-masked, axis=1)[:, :k],
+                    np.arange(k)[None, :], 1)
+  if selection == "similarity":
+    score = s
+  elif selection == "rank":
+    score = 0.25 * s - np.maximum(rank, rank.T)
+  else:
+    score = directed.astype(np.float32) @ directed.T.astype(np.float32) + (
+        0.25 * s)
+  values = np.sort(score[g])[::-1]
+  threshold = values[int(np.ceil(fraction * g.sum())) - 1]
+  return g & (score >= threshold)
+
+
+@pytest.mark.parametrize("selection", losses.ANCHOR_SELECTIONS)
+@pytest.mark.parametrize("fraction", [0.2, 0.5])
+def test_anchor_mask_matches_the_all_pairs_rule(rng, selection, fraction):
+  x = rng.random((50, 5, 5, 1)).astype(np.float32)
+  a = tf.function(lambda x: losses.anchor_mask(
+      x, k=6, anchor_fraction=fraction, selection=selection))(tf.constant(x))
+  np.testing.assert_array_equal(a.numpy(),
+                                _anchors_ref(x, 6, fraction, selection))
+
+
+@pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("selection", losses.ANCHOR_SELECTIONS)
 @pytest.mark.parametrize("fraction", [0.1, 0.3, 1.0])
 def test_anchor_mask_properties(rng, graph, selection, fraction):
