@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from ddlsc_tf import data
 from ddlsc_tf import losses
+from ddlsc_tf import model as model_lib
 from ddlsc_tf import train
 
 
@@ -27,6 +28,21 @@ def _median_seconds(fn, *, warmup, repeats):
     fn()
     times.append(time.perf_counter() - start)
   return statistics.median(times)
+
+
+def _paired_median_seconds(fns, *, warmup, repeats):
+  """Median seconds of each function, timed in turns (a, b, a, b, ...) so
+  that a drift in the machine's speed touches all of them alike."""
+  for _ in range(warmup):
+    for fn in fns:
+      fn()
+  times = [[] for _ in fns]
+  for _ in range(repeats):
+    for fn, acc in zip(fns, times):
+      start = time.perf_counter()
+      fn()
+      acc.append(time.perf_counter() - start)
+  return [statistics.median(t) for t in times]
 
 
 def _step_runner(model, batch):
@@ -42,14 +58,17 @@ def _step_runner(model, batch):
   return run
 
 
-@tf.function
-def _recon_only_step(model, optimizer, x):
-  with tf.GradientTape() as tape:
-    _, x_hat = model(x, training=True)
-    loss = losses.reconstruction_loss(x=x, x_hat=x_hat)
-  variables = model.trainable_variables
-  optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-  return loss
+class ReconOnlyDDLSC(model_lib.DDLSC):
+  """The same network whose train step has only the reconstruction loss,
+  run through the same Keras train function, trackers and optimizer type as
+  the pre-training step: the two differ only by L_d and the kNN/anchors."""
+
+  def _pretrain_step(self, data):
+    x = data[0]
+    with tf.GradientTape() as tape:
+      _, x_hat = self(x, training=True)
+      l_r = losses.reconstruction_loss(x=x, x_hat=x_hat)
+    return self._apply(tape, l_r, (l_r, l_r, l_r))
 
 
 def fixed_batch_losses(model, x, config):
@@ -142,17 +161,16 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
                         .get_inter_op_parallelism_threads()}}
 
   model.phase = "pretrain"
-  seconds = _median_seconds(_step_runner(model, (x, y)), warmup=warmup,
-                            repeats=repeats)
-  result["pretrain_examples_per_s"] = b / seconds
-
-  optimizer = keras.optimizers.Adam(config.learning_rate)
-  seconds = _median_seconds(lambda: float(_recon_only_step(model, optimizer,
-                                                           x)),
-                            warmup=warmup, repeats=repeats)
-  result["recon_only_examples_per_s"] = b / seconds
-  result["pretrain_over_recon_time"] = (
-      result["recon_only_examples_per_s"] / result["pretrain_examples_per_s"])
+  train.seed_everything(config.seed)
+  recon_only = train.build_model(config, images.shape[1:],
+                                 model_class=ReconOnlyDDLSC)
+  train.compile_model(recon_only, config)
+  pretrain_s, recon_s = _paired_median_seconds(
+      [_step_runner(model, (x, y)), _step_runner(recon_only, (x, y))],
+      warmup=warmup, repeats=3 * repeats)
+  result["pretrain_examples_per_s"] = b / pretrain_s
+  result["recon_only_examples_per_s"] = b / recon_s
+  result["pretrain_over_recon_time"] = pretrain_s / recon_s
 
   start = time.perf_counter()
   scores = train.evaluate(model, images, labels, config)

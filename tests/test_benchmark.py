@@ -1,0 +1,24 @@
+"""The speed benchmark's harness on a tiny dataset (no timing asserted)."""
+
+import numpy as np
+
+from ddlsc_tf import benchmark
+from ddlsc_tf import configs
+
+
+def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs):
+  images, labels = make_blobs()
+  config = configs.TINY.replace(batch_size=32, knn_k=3)
+  result = benchmark.run_benchmark(config, images, labels, warmup=1,
+                                   repeats=2, eval_repeats=1)
+  for key in ("pretrain_examples_per_s", "recon_only_examples_per_s",
+              "cluster1_examples_per_s", "cluster2_examples_per_s",
+              "eval_seconds", "peak_rss_bytes", "pretrain_epoch_seconds"):
+    assert np.isfinite(result[key]) and result[key] > 0, key
+  assert np.isclose(result["pretrain_over_recon_time"],
+                    result["recon_only_examples_per_s"]
+                    / result["pretrain_examples_per_s"])
+  reference = result["fixed_batch_losses"]
+  assert benchmark.compare_losses(reference, reference)["match"]
+  changed = {k: v * 1.01 for k, v in reference.items()}
+  assert not benchmark.compare_losses(changed, reference)["match"]
