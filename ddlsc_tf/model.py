@@ -213,7 +213,8 @@ class DDLSC(keras.Model):
   def _anchors(self, x):
     """Anchor mask and the pairs L_d leaves out (None: eq. 5 as written)."""
     anchors, graph = losses.anchor_mask(
-        losses.knn_features(x, features=self.knn_features), k=self.knn_k, anchor_fraction=self.anchor_fraction,
+        losses.knn_features(x, features=self.knn_features), k=self.knn_k,
+        anchor_fraction=self.anchor_fraction,
         selection=self.anchor_selection, return_graph=True)
     return anchors, (graph if self.knn_neutral else None)
 
