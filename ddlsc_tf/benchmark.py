@@ -20,14 +20,7 @@ from ddlsc_tf import train
 
 
 def _median_seconds(fn, *, warmup, repeats):
-  for _ in range(warmup):
-    fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  return _paired_median_seconds([fn], warmup=warmup, repeats=repeats)[0]
 
 
 def _paired_median_seconds(fns, *, warmup, repeats):
