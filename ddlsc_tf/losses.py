@@ -74,6 +74,13 @@ def _reverse_rank(neighbours):
   return tf.where(tf.reduce_any(match, axis=-1), place, k)
 
 
+def _entry_indices(neighbours):
+  """[B, k] neighbour lists → [B·k, 2] (i, j) indices of the entries i→j."""
+  batch, k = tf.shape(neighbours)[0], tf.shape(neighbours)[1]
+  rows = tf.repeat(tf.range(batch, dtype=neighbours.dtype), k)
+  return tf.stack([rows, tf.reshape(neighbours, [-1])], axis=1)
+
+
 def knn_graph(x, *, k):
   """Symmetric k-nearest-neighbour graph on raw inputs, by cosine similarity.
 
@@ -99,8 +106,7 @@ def knn_graph(x, *, k):
       similarity, tf.fill([batch], tf.constant(-float("inf"),
                                                similarity.dtype)))
   _, neighbours = tf.math.top_k(masked, k=k)
-  rows = tf.repeat(tf.range(batch), k)
-  indices = tf.stack([rows, tf.reshape(neighbours, [-1])], axis=1)
+  indices = _entry_indices(neighbours)
   # rank + 1 on the neighbours, 0 elsewhere, then shifted: non-neighbours → k.
   places = tf.tile(tf.range(1, k + 1), [batch])
   rank = tf.scatter_nd(indices, places, [batch, batch]) - 1
@@ -212,8 +218,8 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
 
   Everything after the similarity matrix and its top-k works on the k|B|
   neighbour entries (the anchors are scattered from them), not on |B|²
-  pairs: on two CPU cores this is what keeps the discriminative step within
-  1.2x a reconstruction-only one (RESULTS.md, "Speed").
+  pairs; the 1000x784 similarity matmul and top-k are most of the cost
+  (RESULTS.md, "Speed").
 
   Args:
     x: [B, ...] float raw inputs.
@@ -236,9 +242,7 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
   # A kept entry i→j gives the pair both ways; its mirror j→i, when it is an
   # entry, has the same score, so the two halves are kept together.
   batch = tf.shape(entries)[0]
-  rows = tf.repeat(tf.range(batch), k)
-  indices = tf.stack([rows, tf.reshape(knn.neighbours, [-1])], axis=1)
-  kept = tf.scatter_nd(indices, tf.reshape(
+  kept = tf.scatter_nd(_entry_indices(knn.neighbours), tf.reshape(
       tf.cast(entries >= threshold, tf.int32), [-1]), [batch, batch]) > 0
   anchors = tf.logical_or(kept, tf.transpose(kept))
   return (anchors, knn.graph) if return_graph else anchors
