@@ -36,6 +36,12 @@ class Config:
   # What the kNN graph compares: "raw" images (the paper) or "smoothed"
   # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
   knn_features: str = "raw"
+  # Ours: batches of the phases that use anchors (pre-training, stage I) are
+  # |B|/(m+1) random images plus, for each, m of its knn_k nearest images
+  # in the whole dataset (same similarity as the per-batch graph), so the
+  # per-batch kNN graph finds closer, more often same-class pairs. 0: plain
+  # random batches, as the paper.
+  batch_neighbours: int = 0
   # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
   # assignments S, centroids μ, then `epochs_per_iteration` epochs on θ;
   # it stops after `*_iterations` or when L_c moves less than the tolerance.
@@ -116,6 +122,10 @@ class Config:
           f"{self.image_size}.")
     if self.channels not in (None, 1, 3):
       raise ValueError(f"channels must be 1 or 3, got {self.channels}.")
+    if not 0 <= self.batch_neighbours < self.knn_k:
+      raise ValueError(
+          f"batch_neighbours must be in [0, knn_k={self.knn_k}), got "
+          f"{self.batch_neighbours}.")
     if self.knn_features not in ("raw", "smoothed"):
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")

@@ -19,6 +19,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import download_manager
 
 from ddlsc_tf import image_folder
+from ddlsc_tf import losses
 from ddlsc_tf.configs import FOLDER_PREFIX
 
 # Registers the `coil20` and `coil100_manual` builders with TFDS.
@@ -227,8 +228,67 @@ def as_tensor(array, dtype=None):
                                 else tf.as_dtype(dtype).as_numpy_dtype))
 
 
+def neighbour_table(images, *, k, features="raw", chunk=500):
+  """Each image's k most cosine-similar other images in the whole dataset.
+
+  The same similarity as the per-batch kNN graph (`losses.knn_graph` on
+  `losses.knn_features`), over all N images: [chunk, N] at a time, so the
+  extra memory is the features (none for "raw": a view of the images) plus
+  one [chunk, N] float32 block (MNIST: 140 MB). MNIST's 70k took about a
+  minute on two CPU cores (RESULTS.md).
+
+  Args:
+    images: [N, H, W, C] float32, NumPy or a tensor.
+    k: neighbours per image, 1 <= k < N.
+    features: as `losses.knn_features`.
+    chunk: rows of the similarity matrix computed at once.
+
+  Returns:
+    [N, k] int32 NumPy array: row i holds i's neighbours, most similar
+    first; never i itself.
+  """
+  n = int(images.shape[0])
+  if not 1 <= k < n:
+    raise ValueError(f"neighbour_table needs 1 <= k < N = {n}, got k={k}.")
+  feats = losses.knn_features(as_tensor(images), features=features)
+  # Ranking row i's candidates j by x_i·x_j / |x_j| is ranking by cosine.
+  inv_norm = 1.0 / tf.maximum(tf.norm(feats, axis=1), 1e-12)
+  table = []
+  for start in range(0, n, chunk):
+    rows = feats[start:start + chunk]
+    sim = tf.matmul(rows, feats, transpose_b=True) * inv_norm[None, :]
+    own = tf.range(start, start + tf.shape(rows)[0])
+    sim = tf.tensor_scatter_nd_update(
+        sim, tf.stack([own - start, own], axis=1),
+        tf.fill(tf.shape(own), tf.constant(-float("inf"))))
+    table.append(tf.math.top_k(sim, k=k).indices.numpy())
+  return np.concatenate(table).astype(np.int32)
+
+
+def _neighbour_batches(order, neighbours, *, steps, batch_size, per_seed,
+                       seed):
+  """[steps, batch_size] indices: each batch ⌊|B|/(m+1)⌋ seeds from
+  `order`, m = per_seed distinct random picks from each seed's neighbour
+  list, and the remainder filled from `order` past the seeds."""
+  k = tf.shape(neighbours)[1]
+  per = batch_size // (per_seed + 1)
+  fill = batch_size - per * (per_seed + 1)
+  seeds = tf.reshape(order[:steps * per], [steps, per])
+  # m distinct columns per seed: the top m of k uniform draws.
+  noise = tf.random.stateless_uniform(
+      tf.stack([steps, per, k]), seed=seed)
+  columns = tf.math.top_k(noise, k=per_seed).indices
+  partners = tf.gather(tf.gather(neighbours, seeds), columns, batch_dims=2)
+  parts = [seeds, tf.reshape(partners, [steps, per * per_seed])]
+  if fill:
+    parts.append(tf.reshape(order[steps * per:steps * (per + fill)],
+                            [steps, fill]))
+  return tf.concat(parts, axis=1)
+
+
 def train_dataset(images, labels, *, batch_size, seed, assignments=None,
-                  first_epoch=0, epochs=1):
+                  first_epoch=0, epochs=1, neighbours=None,
+                  neighbours_per_seed=0):
   """Full shuffled batches for epochs [first_epoch, epochs), in one stream.
 
   Epoch e's order is a fixed permutation drawn from (seed, e), so a run
@@ -236,6 +296,12 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
   The images stay one in-memory tensor; a batch is a gather of its indices.
   The last N mod |B| images of each permutation are left out (the anchor
   weights assume |B| is fixed), a different few each epoch.
+
+  With `neighbours_per_seed` = m > 0 a batch is instead ⌊|B|/(m+1)⌋ images
+  of the epoch's permutation ("seeds") plus, for each, m images drawn from
+  its row of `neighbours` (ours, see `configs.Config.batch_neighbours`).
+  An epoch keeps N // |B| batches, so each image is a seed every m+1
+  epochs on average.
 
   Args:
     images: [N, H, W, C] float32, NumPy or a tensor (reused, not copied).
@@ -245,6 +311,9 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     assignments: optional [N] int32 cluster ids (clustering phase).
     first_epoch, epochs: the epochs to cover (as Keras' initial_epoch and
       epochs).
+    neighbours: [N, k] int neighbour table (`neighbour_table`), needed when
+      neighbours_per_seed > 0.
+    neighbours_per_seed: m, 0 <= m < k; 0 gives plain shuffled batches.
 
   Returns:
     (dataset, steps_per_epoch): a tf.data.Dataset of (images [B, H, W, C],
@@ -259,6 +328,21 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     raise ValueError(
         f"need 0 <= first_epoch < epochs, got {first_epoch} and {epochs}.")
   steps = n // batch_size
+  if neighbours_per_seed:
+    if neighbours is None or len(neighbours) != n:
+      raise ValueError(
+          f"neighbours_per_seed={neighbours_per_seed} needs a neighbour "
+          f"table with one row per image ({n}), got "
+          f"{None if neighbours is None else len(neighbours)} rows.")
+    if not 0 < neighbours_per_seed < np.shape(neighbours)[1]:
+      raise ValueError(
+          f"neighbours_per_seed must be in [0, {np.shape(neighbours)[1]}) "
+          f"(the table's k), got {neighbours_per_seed}.")
+    if batch_size < neighbours_per_seed + 1:
+      raise ValueError(
+          f"batch_size {batch_size} leaves no room for a seed and its "
+          f"{neighbours_per_seed} neighbours.")
+    neighbours = as_tensor(neighbours, tf.int64)
   if labels is None:  # own images without labels; the steps never read them
     labels = np.full(n, -1, np.int64)
   tensors = [as_tensor(images), as_tensor(labels)]
@@ -266,11 +350,17 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     tensors.append(as_tensor(assignments, tf.int32))
 
   def epoch_batches(epoch):
+    epoch_seed = tf.stack([tf.constant(seed, tf.int64), epoch])
     order = tf.random.experimental.stateless_shuffle(
-        tf.range(n, dtype=tf.int64), seed=tf.stack(
-            [tf.constant(seed, tf.int64), epoch]))
-    return tf.data.Dataset.from_tensor_slices(
-        tf.reshape(order[:steps * batch_size], [steps, batch_size]))
+        tf.range(n, dtype=tf.int64), seed=epoch_seed)
+    if neighbours_per_seed:
+      batches = _neighbour_batches(
+          order, neighbours, steps=steps, batch_size=batch_size,
+          per_seed=neighbours_per_seed,
+          seed=tf.random.experimental.stateless_fold_in(epoch_seed, 1))
+    else:
+      batches = tf.reshape(order[:steps * batch_size], [steps, batch_size])
+    return tf.data.Dataset.from_tensor_slices(batches)
 
   ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_batches)
   ds = ds.map(lambda idx: tuple(tf.gather(t, idx) for t in tensors),

@@ -252,10 +252,11 @@ def _cluster_stage(model, images, labels, config, run, phase,
         previous_l_c = l_c
         iteration_end = epoch + epochs_per_iteration
       pending = False
-      dataset, steps = data.train_dataset(
-          images, labels, assignments=assignments.astype(np.int32),
-          batch_size=config.batch_size, seed=seed, first_epoch=epoch,
-          epochs=iteration_end)
+      # Stage II has no anchors: plain batches.
+      dataset, steps = run.batches(
+          images, labels, config, grouped=phase == "cluster1",
+          assignments=assignments.astype(np.int32), seed=seed,
+          first_epoch=epoch, epochs=iteration_end)
       model.fit(dataset, steps_per_epoch=steps, initial_epoch=epoch,
                 epochs=iteration_end,
                 callbacks=[tensorboard, _EpochEnd(checkpoint)],
@@ -294,9 +295,9 @@ def _pretrain(model, images, labels, config, run, resume_state=None):
   callbacks = [evaluation, tensorboard, _EpochEnd(checkpoint)]
   if config.pretrain_tolerance > 0:
     callbacks.insert(0, plateau)
-  dataset, steps = data.train_dataset(
-      images, labels, batch_size=config.batch_size, seed=config.seed,
-      first_epoch=s["epoch"], epochs=config.pretrain_epochs)
+  dataset, steps = run.batches(
+      images, labels, config, seed=config.seed, first_epoch=s["epoch"],
+      epochs=config.pretrain_epochs)
   model.fit(dataset, steps_per_epoch=steps, initial_epoch=s["epoch"],
             epochs=config.pretrain_epochs, callbacks=callbacks,
             verbose=run.verbose)
@@ -454,6 +455,23 @@ class _Run:
     self.model, self.workdir, self.verbose = model, workdir, verbose
     self.checkpointer = checkpointer
     self.result, self.done = result, done
+    self._neighbours = None
+
+  def batches(self, images, labels, config, grouped=True, **kwargs):
+    """`data.train_dataset` with the config's batch size; with `grouped`
+    and `config.batch_neighbours`, neighbour-grouped batches over a table
+    computed once per run."""
+    per_seed = config.batch_neighbours if grouped else 0
+    if per_seed and self._neighbours is None:
+      start = time.time()
+      self._neighbours = data.neighbour_table(
+          images, k=config.knn_k, features=config.knn_features)
+      logging.info("neighbour table (k=%d) of %d images: %.0f s",
+                   config.knn_k, len(images), time.time() - start)
+    return data.train_dataset(
+        images, labels, batch_size=config.batch_size,
+        neighbours=self._neighbours if per_seed else None,
+        neighbours_per_seed=per_seed, **kwargs)
 
   def save(self, phase_state, assignments=None):
     self.checkpointer.save(

@@ -82,3 +82,70 @@ def test_mnist_pipeline_is_unchanged(tfds_data_dir, mnist_manual_dir):
   old_images = old_images[:2000].astype(np.float32) / 255.0
   assert images.tobytes() == old_images.tobytes()
   assert labels.tobytes() == old_labels[:2000].astype(np.int64).tobytes()
+
+
+def _cosine_neighbours(features, k):
+  f = features / np.linalg.norm(features, axis=1, keepdims=True)
+  s = f @ f.T
+  np.fill_diagonal(s, -np.inf)
+  return np.argsort(-s, axis=1, kind="stable")[:, :k]
+
+
+@pytest.mark.parametrize("features", ["raw", "smoothed"])
+def test_neighbour_table_is_the_brute_force_knn(features):
+  rng = np.random.default_rng(0)
+  x = rng.random((130, 8, 8, 1)).astype(np.float32)
+  table = data.neighbour_table(x, k=4, features=features, chunk=32)
+  flat = data.losses.knn_features(tf.constant(x), features=features).numpy()
+  assert table.shape == (130, 4) and table.dtype == np.int32
+  np.testing.assert_array_equal(table, _cosine_neighbours(flat, 4))
+  assert not (table == np.arange(130)[:, None]).any()
+
+
+def test_neighbour_table_rejects_a_k_it_cannot_fill():
+  with pytest.raises(ValueError, match="1 <= k < N"):
+    data.neighbour_table(np.zeros((5, 4, 4, 1), np.float32), k=5)
+
+
+def _batches(ds):
+  return np.stack([labels.numpy() for _, labels in ds])
+
+
+def test_neighbour_batches_hold_seeds_and_their_neighbours():
+  rng = np.random.default_rng(1)
+  n, k, m, size = 300, 5, 2, 100
+  x = rng.random((n, 6, 6, 1)).astype(np.float32)
+  table = data.neighbour_table(x, k=k)
+  ids = np.arange(n)  # the labels carry each image's index
+  ds, steps = data.train_dataset(x, ids, batch_size=size, seed=3, epochs=3,
+                                 neighbours=table, neighbours_per_seed=m)
+  batches = _batches(ds)
+  assert batches.shape == (3 * steps, size)
+  per = size // (m + 1)
+  for batch in batches:
+    seeds = batch[:per]
+    partners = batch[per:per * (m + 1)].reshape(per, m)
+    assert len(set(seeds)) == per
+    for seed, picks in zip(seeds, partners):
+      assert set(picks) <= set(table[seed]) and len(set(picks)) == m
+  # Seeds are each epoch's permutation: no image is a seed twice per epoch.
+  for e in range(3):
+    seeds = batches[e * steps:(e + 1) * steps, :per].ravel()
+    assert len(np.unique(seeds)) == len(seeds)
+  # Different epochs, different batches; a resumed epoch, the same ones.
+  assert not np.array_equal(batches[0], batches[steps])
+  resumed, _ = data.train_dataset(x, ids, batch_size=size, seed=3,
+                                  first_epoch=2, epochs=3, neighbours=table,
+                                  neighbours_per_seed=m)
+  np.testing.assert_array_equal(_batches(resumed), batches[2 * steps:])
+
+
+def test_neighbour_batches_need_a_fitting_table():
+  x = np.zeros((50, 4, 4, 1), np.float32)
+  with pytest.raises(ValueError, match="neighbour table with one row"):
+    data.train_dataset(x, None, batch_size=10, seed=0,
+                       neighbours_per_seed=2)
+  table = np.zeros((50, 3), np.int32)
+  with pytest.raises(ValueError, match=r"neighbours_per_seed must be in"):
+    data.train_dataset(x, None, batch_size=10, seed=0, neighbours=table,
+                       neighbours_per_seed=3)

@@ -95,12 +95,14 @@ def test_flag_overrides_reach_the_config(tmp_path, tfds_data_dir,
   result = _run(tmp_path, tfds_data_dir, mnist_manual_dir,
                 "--pretrain_epochs=5", "--max_examples=200", "--phases=pretrain",
                 "--batch_size=50", "--seed=3", "--encoder_filters=4,4,15",
-                "--knn_neutral", "--alpha=0.2", "--pretrain_tolerance=100")
+                "--knn_neutral", "--alpha=0.2", "--pretrain_tolerance=100",
+                "--batch_neighbours=2")
   config = json.loads((tmp_path / "config.json").read_text())
   assert config["batch_size"] == 50
   assert config["encoder_filters"] == [4, 4, 15]
   assert config["knn_neutral"] is True
   assert config["alpha"] == 0.2
+  assert config["batch_neighbours"] == 2
   assert config["phases"] == ["pretrain"]
   assert result["num_examples"] == 200
   assert result["seed"] == 3

@@ -37,6 +37,10 @@ CONFIG_CASES = [
     ({"phases": ("pretrain", "bogus")}, "unknown phases ['bogus']"),
     ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
     ({"channels": 2}, "channels must be 1 or 3, got 2"),
+    ({"batch_neighbours": 10}, "batch_neighbours must be in [0, knn_k=10), "
+                               "got 10"),
+    ({"batch_neighbours": -1}, "batch_neighbours must be in [0, knn_k=10), "
+                               "got -1"),
 ]
 
 
