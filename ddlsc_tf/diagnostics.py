@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ddlsc_tf import data
 from ddlsc_tf import losses
 from ddlsc_tf import model as model_lib
 
@@ -17,22 +18,29 @@ ORACLES = ("knn_same_label", "all_same_label")
 
 
 def anchor_statistics(images, labels, *, batch_size, k, anchor_fraction,
-                      selection, num_batches, seed):
-  """Anchor precision and coverage over random batches.
+                      selection, num_batches, seed, features="raw",
+                      batch_neighbours=0):
+  """Anchor precision and coverage over the first training batches.
+
+  The batches are `data.train_dataset`'s for `seed` (neighbour-grouped
+  with `batch_neighbours` > 0, over a table with `k` neighbours).
 
   Returns:
     {"anchors_per_point", "precision", "coverage", "coverage_per_class",
      "share_per_class"}; per-class lists are indexed by label.
   """
-  rng = np.random.default_rng(seed)
   classes = np.unique(labels)
+  table = (data.neighbour_table(images, k=k, features=features)
+           if batch_neighbours else None)
+  batches, _ = data.train_dataset(
+      images, labels, batch_size=batch_size, seed=seed, neighbours=table,
+      neighbours_per_seed=batch_neighbours)
   rows = []
-  for _ in range(num_batches):
-    idx = rng.choice(len(images), batch_size, replace=False)
-    a = losses.anchor_mask(tf.constant(images[idx]), k=k,
+  for x, y in batches.take(num_batches):
+    a = losses.anchor_mask(losses.knn_features(x, features=features), k=k,
                            anchor_fraction=anchor_fraction,
                            selection=selection).numpy()
-    y = labels[idx]
+    y = y.numpy()
     has = a.any(axis=1)
     rows.append((a.sum() / batch_size,
                  (y[:, None] == y[None, :])[a].mean(), has.mean(),

@@ -1,6 +1,7 @@
 r"""Label-using diagnostics (explain results; never choose settings).
 
   python -m experiments.diagnose --mode=anchors --anchor_selection=similarity
+  python -m experiments.diagnose --mode=anchors --batch_neighbours=3
   python -m experiments.diagnose --mode=oracle --oracle=all_same_label \
       --workdir=DIR --pretrain_epochs=10
 """
@@ -30,6 +31,8 @@ flags.DEFINE_float("anchor_fraction", None, "Override the preset's.")
 flags.DEFINE_string("anchor_selection", None, "Override the preset's.")
 flags.DEFINE_float("alpha", None, "Override the preset's.")
 flags.DEFINE_float("learning_rate", None, "Override the preset's.")
+flags.DEFINE_string("knn_features", None, "Override the preset's.")
+flags.DEFINE_integer("batch_neighbours", None, "Override the preset's.")
 flags.DEFINE_integer("pretrain_epochs", 10, "Epochs (oracle mode).")
 flags.DEFINE_integer("num_batches", 3, "Random batches (anchors mode).")
 flags.DEFINE_integer("seed", 0, "Seed.")
@@ -38,7 +41,7 @@ flags.DEFINE_integer("seed", 0, "Seed.")
 def main(argv):
   del argv
   names = ("batch_size", "knn_k", "anchor_fraction", "anchor_selection",
-           "alpha", "learning_rate")
+           "alpha", "learning_rate", "knn_features", "batch_neighbours")
   config = configs.get_preset(FLAGS.dataset).replace(
       seed=FLAGS.seed, **{n: getattr(FLAGS, n) for n in names
                           if getattr(FLAGS, n) is not None})
@@ -50,7 +53,8 @@ def main(argv):
         images, labels, batch_size=config.batch_size, k=config.knn_k,
         anchor_fraction=config.anchor_fraction,
         selection=config.anchor_selection, num_batches=FLAGS.num_batches,
-        seed=FLAGS.seed), indent=2))
+        seed=FLAGS.seed, features=config.knn_features,
+        batch_neighbours=config.batch_neighbours), indent=2))
     return
   if FLAGS.workdir is None:
     raise app.UsageError("--workdir is required with --mode=oracle.")
