@@ -27,7 +27,10 @@ def anchor_statistics(images, labels, *, batch_size, k, anchor_fraction,
 
   Returns:
     {"anchors_per_point", "precision", "coverage", "coverage_per_class",
-     "share_per_class"}; per-class lists are indexed by label.
+     "share_per_class", "anchor_similarity"}; per-class lists are indexed by
+    label. Coverage (the share of points with an anchor) and
+    anchor_similarity (the mean cosine of the anchor pairs in the kNN
+    features) need no labels.
   """
   classes = np.unique(labels)
   table = (data.neighbour_table(images, k=k, features=features)
@@ -37,20 +40,23 @@ def anchor_statistics(images, labels, *, batch_size, k, anchor_fraction,
       neighbours_per_seed=batch_neighbours)
   rows = []
   for x, y in batches.take(num_batches):
-    a = losses.anchor_mask(losses.knn_features(x, features=features), k=k,
-                           anchor_fraction=anchor_fraction,
+    f = losses.knn_features(x, features=features)
+    a = losses.anchor_mask(f, k=k, anchor_fraction=anchor_fraction,
                            selection=selection).numpy()
+    similarity = losses.cosine_similarity_matrix(f).numpy()
     y = y.numpy()
     has = a.any(axis=1)
     rows.append((a.sum() / batch_size,
                  (y[:, None] == y[None, :])[a].mean(), has.mean(),
                  [has[y == c].mean() for c in classes],
-                 [a[y == c].sum() / a.sum() for c in classes]))
+                 [a[y == c].sum() / a.sum() for c in classes],
+                 similarity[a].mean()))
   mean = lambda i: np.mean([r[i] for r in rows], axis=0)
   return {"anchors_per_point": float(mean(0)), "precision": float(mean(1)),
           "coverage": float(mean(2)),
           "coverage_per_class": mean(3).round(3).tolist(),
-          "share_per_class": mean(4).round(3).tolist()}
+          "share_per_class": mean(4).round(3).tolist(),
+          "anchor_similarity": float(mean(5))}
 
 
 @keras.saving.register_keras_serializable(package=model_lib.PACKAGE)

@@ -17,6 +17,7 @@ def test_anchor_statistics_on_separable_data(make_blobs, batch_neighbours):
       num_batches=2, seed=0, batch_neighbours=batch_neighbours)
   assert stats["precision"] == 1.0  # templates are far apart
   assert 0.0 < stats["coverage"] <= 1.0
+  assert 0.0 < stats["anchor_similarity"] <= 1.0
   # Shares are rounded to 3 decimals each.
   assert sum(stats["share_per_class"]) == pytest.approx(1.0, abs=0.003)
   assert len(stats["coverage_per_class"]) == 4
