@@ -228,14 +228,13 @@ def as_tensor(array, dtype=None):
                                 else tf.as_dtype(dtype).as_numpy_dtype))
 
 
-def neighbour_table(images, *, k, features="raw", chunk=500):
+def neighbour_table(images, *, k, features="raw", chunk=250):
   """Each image's k most cosine-similar other images in the whole dataset.
 
   The same similarity as the per-batch kNN graph (`losses.knn_graph` on
-  `losses.knn_features`), over all N images: [chunk, N] at a time, so the
-  extra memory is the features (none for "raw": a view of the images) plus
-  one [chunk, N] float32 block (MNIST: 140 MB). MNIST's 70k took about a
-  minute on two CPU cores (RESULTS.md).
+  `losses.knn_features`), over all N images, [chunk, N] at a time: the
+  extra memory is the features (none for "raw": a view of the images) and
+  one [chunk, N] float32 block (MNIST: 70 MB).
 
   Args:
     images: [N, H, W, C] float32, NumPy or a tensor.
@@ -257,11 +256,13 @@ def neighbour_table(images, *, k, features="raw", chunk=500):
   for start in range(0, n, chunk):
     rows = feats[start:start + chunk]
     sim = tf.matmul(rows, feats, transpose_b=True) * inv_norm[None, :]
-    own = tf.range(start, start + tf.shape(rows)[0])
-    sim = tf.tensor_scatter_nd_update(
-        sim, tf.stack([own - start, own], axis=1),
-        tf.fill(tf.shape(own), tf.constant(-float("inf"))))
-    table.append(tf.math.top_k(sim, k=k).indices.numpy())
+    top = tf.math.top_k(sim, k=k + 1).indices
+    # Drop the image itself (first, or later among exact duplicates; if a
+    # duplicate pushed it out of the top k+1, drop the last instead).
+    own = tf.range(start, start + tf.shape(rows)[0])[:, None]
+    key = tf.where(top == own, k + 1, tf.range(k + 1)[None, :])
+    keep = tf.argsort(key, axis=1, stable=True)[:, :k]
+    table.append(tf.gather(top, keep, batch_dims=1).numpy())
   return np.concatenate(table).astype(np.int32)
 
 

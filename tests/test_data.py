@@ -149,3 +149,14 @@ def test_neighbour_batches_need_a_fitting_table():
   with pytest.raises(ValueError, match=r"neighbours_per_seed must be in"):
     data.train_dataset(x, None, batch_size=10, seed=0, neighbours=table,
                        neighbours_per_seed=3)
+
+
+def test_neighbour_table_never_lists_an_image_as_its_own_duplicate():
+  rng = np.random.default_rng(2)
+  x = rng.random((40, 5, 5, 1)).astype(np.float32)
+  x[7] = x[3]  # exact duplicates tie with the image itself
+  x[20] = x[3]
+  table = data.neighbour_table(x, k=3, chunk=16)
+  assert not (table == np.arange(40)[:, None]).any()
+  assert set(table[3][:2]) == {7, 20}
+  assert set(table[7][:2]) == {3, 20}
