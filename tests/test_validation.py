@@ -59,7 +59,8 @@ def test_unknown_dataset_is_rejected(name):
 @pytest.mark.parametrize("changes, n, message", [
     ({"batch_size": 1000}, 300, "batch_size 1000 is larger than the dataset "
                                 "(300 images)"),
-    ({"num_clusters": 50, "batch_size": 20, "knn_k": 3}, 30,
+    ({"num_clusters": 50, "batch_size": 20, "knn_k": 3, "batch_neighbours": 0},
+     30,
      "num_clusters 50 is more than the 30 images"),
 ])
 def test_config_that_does_not_fit_the_data(changes, n, message):
@@ -206,3 +207,13 @@ def test_estimator_batch_override_keeps_k_valid():
   config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=1000,
                               batch_size=8)
   assert (config.batch_size, config.knn_k) == (8, 7)
+
+
+@pytest.mark.parametrize("batch, n, grouped", [
+    (8, 1000, 3), (3, 1000, 1), (2, 1000, 0), (250, 1000, 0), (100, 1000, 3)])
+def test_estimator_groups_batches_only_when_they_sample_the_data(batch, n,
+                                                                 grouped):
+  config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=n,
+                              batch_size=batch)
+  assert config.batch_neighbours == grouped
+  assert config.batch_neighbours < config.knn_k or grouped == 0
