@@ -125,7 +125,8 @@ class Config:
     if not 0 <= self.batch_neighbours < self.knn_k:
       raise ValueError(
           f"batch_neighbours must be in [0, knn_k={self.knn_k}), got "
-          f"{self.batch_neighbours}.")
+          f"{self.batch_neighbours} (a smaller knn_k needs a smaller "
+          f"--batch_neighbours; 0 turns neighbour-grouped batches off).")
     if self.knn_features not in ("raw", "smoothed"):
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")
@@ -225,6 +226,12 @@ COIL100 = COIL20.replace(
 # Ours: the paper has no such setting.
 FOLDER = MNIST.replace(dataset="folder", image_size=32, batch_size=256,
                        batch_neighbours=0)
+
+def field_defaults():
+  """The Config fields that have defaults, with them."""
+  return {f.name: f.default for f in dataclasses.fields(Config)
+          if f.default is not dataclasses.MISSING}
+
 
 PRESETS = {"mnist": MNIST, "tiny": TINY, "coil20": COIL20,
            "coil100": COIL100, "folder": FOLDER}

@@ -233,8 +233,10 @@ def neighbour_table(images, *, k, features="raw", chunk=250):
 
   The same similarity as the per-batch kNN graph (`losses.knn_graph` on
   `losses.knn_features`), over all N images, [chunk, N] at a time: the
-  extra memory is the features (none for "raw": a view of the images) and
-  one [chunk, N] float32 block (MNIST: 70 MB).
+  extra memory is the features (none for "raw": a view of the images; a
+  smoothed copy otherwise) and two [chunk, N] float32 blocks (MNIST:
+  140 MB). On another machine or thread count, near-ties may order a row
+  differently.
 
   Args:
     images: [N, H, W, C] float32, NumPy or a tensor.
@@ -302,7 +304,12 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
   of the epoch's permutation ("seeds") plus, for each, m images drawn from
   its row of `neighbours` (ours, see `configs.Config.batch_neighbours`).
   An epoch keeps N // |B| batches, so each image is a seed every m+1
-  epochs on average.
+  epochs on average, and is drawn as a partner in proportion to how many
+  rows list it: images many others are near ("hubs") are seen more often,
+  images in no other row only as seeds. A partner can repeat a seed or
+  another partner of the batch (MNIST: under 1% of a batch); the copies
+  are each other's nearest neighbours, so they make an anchor with no
+  gradient.
 
   Args:
     images: [N, H, W, C] float32, NumPy or a tensor (reused, not copied).

@@ -35,9 +35,11 @@ def anchor_statistics(images, labels, *, batch_size, k, anchor_fraction,
   classes = np.unique(labels)
   table = (data.neighbour_table(images, k=k, features=features)
            if batch_neighbours else None)
+  steps = len(images) // batch_size
   batches, _ = data.train_dataset(
       images, labels, batch_size=batch_size, seed=seed, neighbours=table,
-      neighbours_per_seed=batch_neighbours)
+      neighbours_per_seed=batch_neighbours,
+      epochs=-(-num_batches // steps))
   rows = []
   for x, y in batches.take(num_batches):
     f = losses.knn_features(x, features=features)

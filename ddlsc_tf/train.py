@@ -18,6 +18,7 @@ import tensorflow as tf
 from sklearn import cluster as sklearn_cluster
 
 from ddlsc_tf import checkpoints
+from ddlsc_tf import configs
 from ddlsc_tf import data
 from ddlsc_tf import losses
 from ddlsc_tf import metrics
@@ -428,7 +429,10 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
       path = os.path.join(workdir, name)
       (shutil.rmtree if os.path.isdir(path) else os.remove)(path)
   elif found and resume and os.path.exists(config_path):
-    saved = checkpoints.read_json(config_path)
+    # A field added since the run was saved reads as its default (the
+    # behaviour the run had), e.g. batch_neighbours = 0.
+    saved = {**checkpoints.json_round_trip(configs.field_defaults()),
+             **checkpoints.read_json(config_path)}
     current = checkpoints.json_round_trip(config.to_dict())
     differ = sorted(k for k in set(saved) | set(current)
                     if saved.get(k) != current.get(k))
@@ -460,7 +464,8 @@ class _Run:
   def batches(self, images, labels, config, grouped=True, **kwargs):
     """`data.train_dataset` with the config's batch size; with `grouped`
     and `config.batch_neighbours`, neighbour-grouped batches over a table
-    computed once per run."""
+    computed once per run (and again on resume: on the same machine the
+    same table, so the same batches)."""
     per_seed = config.batch_neighbours if grouped else 0
     if per_seed and self._neighbours is None:
       start = time.time()

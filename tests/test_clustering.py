@@ -165,3 +165,26 @@ def test_clustering_phase_requires_centroids():
 def test_bad_phase_lists_are_rejected(phases, init_from, message):
   with pytest.raises(ValueError, match=message):
     train.check_phases(phases, init_from)
+
+
+def test_grouped_batches_in_the_anchor_phases_only(make_blobs, tmp_path,
+                                                   monkeypatch):
+  # Pre-training and stage I use anchors, so neighbour-grouped batches;
+  # stage II has none and gets plain ones.
+  seen = []
+  plain = train.data.train_dataset
+
+  def spy(*args, **kwargs):
+    seen.append((kwargs.get("assignments") is not None,
+                 kwargs.get("neighbours_per_seed", 0)))
+    return plain(*args, **kwargs)
+
+  monkeypatch.setattr(train.data, "train_dataset", spy)
+  x, labels = make_blobs(n=60)
+  config = configs.TINY.replace(
+      num_clusters=4, knn_k=4, batch_neighbours=2, batch_size=20,
+      pretrain_epochs=1, cluster1_iterations=1, cluster2_iterations=1,
+      tsne_points=0, max_examples=None)
+  model, _ = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  # pretrain (no assignments) then stage I, then stage II, each once.
+  assert seen == [(False, 2), (True, 2), (True, 0)]

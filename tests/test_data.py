@@ -128,10 +128,13 @@ def test_neighbour_batches_hold_seeds_and_their_neighbours():
     assert len(set(seeds)) == per
     for seed, picks in zip(seeds, partners):
       assert set(picks) <= set(table[seed]) and len(set(picks)) == m
-  # Seeds are each epoch's permutation: no image is a seed twice per epoch.
+  # Seeds and the fill (here one image per batch) are each epoch's
+  # permutation: no image is either twice per epoch.
+  assert size - per * (m + 1) == 1
   for e in range(3):
-    seeds = batches[e * steps:(e + 1) * steps, :per].ravel()
-    assert len(np.unique(seeds)) == len(seeds)
+    epoch = batches[e * steps:(e + 1) * steps]
+    drawn = np.concatenate([epoch[:, :per], epoch[:, per * (m + 1):]], 1)
+    assert len(np.unique(drawn)) == drawn.size
   # Different epochs, different batches; a resumed epoch, the same ones.
   assert not np.array_equal(batches[0], batches[steps])
   resumed, _ = data.train_dataset(x, ids, batch_size=size, seed=3,

@@ -217,3 +217,19 @@ def test_estimator_groups_batches_only_when_they_sample_the_data(batch, n,
                               batch_size=batch)
   assert config.batch_neighbours == grouped
   assert config.batch_neighbours < config.knn_k or grouped == 0
+
+
+def test_resume_reads_fields_missing_from_an_older_config_as_defaults(
+    tmp_path):
+  # A run saved before batch_neighbours existed had random batches (0).
+  old = configs.TINY.replace(batch_neighbours=0)
+  train.prepare_workdir(str(tmp_path), old, resume=False, overwrite=False)
+  path = tmp_path / "config.json"
+  saved = json.loads(path.read_text())
+  del saved["batch_neighbours"]
+  path.write_text(json.dumps(saved))
+  train.prepare_workdir(str(tmp_path), old, resume=True, overwrite=False)
+  with pytest.raises(ValueError, match=re.escape(
+      "batch_neighbours (saved 0, now 2)")):
+    train.prepare_workdir(str(tmp_path), configs.TINY, resume=True,
+                          overwrite=False)
