@@ -227,6 +227,7 @@ COIL100 = COIL20.replace(
 FOLDER = MNIST.replace(dataset="folder", image_size=32, batch_size=256,
                        batch_neighbours=0)
 
+
 def field_defaults():
   """The Config fields that have defaults, with them."""
   return {f.name: f.default for f in dataclasses.fields(Config)
