@@ -307,7 +307,7 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
   epochs on average, and is drawn as a partner in proportion to how many
   rows list it: images many others are near ("hubs") are seen more often,
   images in no other row only as seeds. A partner can repeat a seed or
-  another partner of the batch (MNIST: under 1% of a batch); the copies
+  another partner of the batch (MNIST: 0.9% of a batch); the copies
   are each other's nearest neighbours, so they make an anchor with no
   gradient.
 
