@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ddlsc_tf import augment as augment_lib
 from ddlsc_tf import data
 from ddlsc_tf import losses
 from ddlsc_tf import model as model_lib
@@ -54,10 +55,14 @@ def _step_runner(model, batch):
 class ReconOnlyDDLSC(model_lib.DDLSC):
   """The same network whose train step has only the reconstruction loss,
   run through the same Keras train function, trackers and optimizer type as
-  the pre-training step: the two differ only by L_d and the kNN/anchors."""
+  the pre-training step: the two differ only by L_d and the kNN/anchors.
+  With `augment`, both run the network on the batch and its copies."""
 
   def _pretrain_step(self, data):
     x = data[0]
+    if self.affine is not None:
+      x = tf.concat([x, augment_lib.random_affine(
+          x, affine=self.affine, seed=tf.stack([self.seed, 0]))], axis=0)
     with tf.GradientTape() as tape:
       _, x_hat = self(x, training=True)
       l_r = losses.reconstruction_loss(x=x, x_hat=x_hat)

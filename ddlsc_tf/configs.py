@@ -8,6 +8,8 @@ overridden from the command line (experiments/run.py).
 import dataclasses
 from typing import Optional, Tuple
 
+from ddlsc_tf import augment as augment_lib
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -42,6 +44,11 @@ class Config:
   # per-batch kNN graph finds closer, more often same-class pairs. 0: plain
   # random batches, as the paper.
   batch_neighbours: int = 0
+  # Ours: pre-training adds to each batch a copy of every image under a
+  # random affine map drawn within ±(rotation in degrees, relative scale,
+  # shear, translation in pixels), and makes each (image, copy) pair an
+  # anchor (augment.py, losses.with_copy_anchors). Empty: off, as the paper.
+  augment: Tuple[float, ...] = ()
   # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
   # assignments S, centroids μ, then `epochs_per_iteration` epochs on θ;
   # it stops after `*_iterations` or when L_c moves less than the tolerance.
@@ -130,6 +137,7 @@ class Config:
     if self.knn_features not in ("raw", "smoothed"):
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")
+    augment_lib.Affine.parse(self.augment)  # raises on a bad tuple
     phases = ("pretrain", "cluster1", "cluster2")
     unknown = [p for p in self.phases if p not in phases]
     if unknown or not self.phases:

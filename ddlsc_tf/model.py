@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ddlsc_tf import augment as augment_lib
 from ddlsc_tf import losses
 from ddlsc_tf import networks
 
@@ -37,6 +38,11 @@ class DDLSC(keras.Model):
       nor pushed (left out of L_d); if False, eq. 5 as written pushes them.
     alpha: anchor discount α of eq. 3, in [0, 1).
     lambda_r: weight λ of the reconstruction loss in eq. 6.
+    augment: None, or the largest random (rotation in degrees, scale,
+      shear, translation in pixels) of a copy of each pre-training image,
+      each (image, copy) pair an anchor (ours; see `augment`).
+    seed: seed of the copies' random maps (a step's maps depend on it and
+      on the optimizer's step count only).
     num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
     lambda_d: weight of L_d in stage I (eq. 8); a variable, so a schedule
       can change it between outer iterations.
@@ -50,7 +56,7 @@ class DDLSC(keras.Model):
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
-               knn_features="raw",
+               knn_features="raw", augment=None, seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
                cluster_lambda_r=None, phase="pretrain", **kwargs):
     super().__init__(**kwargs)
@@ -76,6 +82,8 @@ class DDLSC(keras.Model):
         lambda_r if cluster_lambda_r is None else cluster_lambda_r)
     self.alpha = float(alpha)
     self.lambda_r = float(lambda_r)
+    self.affine = augment_lib.Affine.parse(augment or ())
+    self.seed = int(seed)
     self.encoder = networks.build_encoder(
         self.image_shape, filters=self.encoder_filters,
         kernel_sizes=self.kernel_sizes, paddings=self.paddings,
@@ -226,9 +234,21 @@ class DDLSC(keras.Model):
       tracker.update_state(value)
     return {m.name: m.result() for m in self.metrics}
 
+  def _with_copies(self, x, anchors, ignore):
+    """[x; copies of x] and its masks, when the model augments."""
+    if self.affine is None:
+      return x, anchors, ignore
+    step = tf.cast(self.optimizer.iterations, tf.int32)
+    copies = augment_lib.random_affine(
+        x, affine=self.affine, seed=tf.stack([self.seed, step]))
+    masks = losses.with_copy_anchors(anchors, ignore)
+    anchors, ignore = masks if ignore is not None else (masks, None)
+    return tf.concat([x, copies], axis=0), anchors, ignore
+
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
     anchors, ignore = self._anchors(x)
+    x, anchors, ignore = self._with_copies(x, anchors, ignore)
     with tf.GradientTape() as tape:
       z, x_hat = self(x, training=True)
       total, l_d, l_r = losses.pretrain_loss(
@@ -280,6 +300,8 @@ class DDLSC(keras.Model):
         cluster_lambda_r=self.cluster_lambda_r,
         alpha=self.alpha,
         lambda_r=self.lambda_r,
+        augment=None if self.affine is None else list(self.affine),
+        seed=self.seed,
         phase=self.phase,
     )
     return config

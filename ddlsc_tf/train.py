@@ -51,7 +51,9 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       knn_neutral=config.knn_neutral,
       knn_features=config.knn_features,
       alpha=config.alpha,
-      lambda_r=config.lambda_r)
+      lambda_r=config.lambda_r,
+      augment=config.augment,
+      seed=config.seed)
 
 
 def compile_model(model, config):

@@ -1,0 +1,72 @@
+"""Random affine copies of a batch, in-graph (ours: the paper has none).
+
+Pre-training can add, for every image of a batch, a copy under a small
+random rotation, scaling, shear and shift, and make each (image, copy) pair
+an anchor of eq. 5 (`losses.with_copy_anchors`). The pair is the one anchor
+known to share a cluster without labels, and pulling it together teaches
+the encoder to ignore the pose and slant that otherwise split a digit
+class along a style axis (RESULTS.md, "Session 5").
+"""
+
+import math
+from typing import NamedTuple
+
+import tensorflow as tf
+
+
+class Affine(NamedTuple):
+  """Largest random change per image; each is drawn uniformly in ±value."""
+  rotation: float     # degrees
+  scale: float        # relative: 0.1 draws scales in [0.9, 1.1]
+  shear: float        # x-shift per unit of y (a slant)
+  translation: float  # pixels, x and y drawn independently
+
+  @classmethod
+  def parse(cls, values):
+    """An Affine from 4 numbers (a config's `augment`); () gives None."""
+    values = tuple(float(v) for v in values)
+    if not values:
+      return None
+    if len(values) != 4 or any(not math.isfinite(v) or v < 0
+                               for v in values):
+      raise ValueError(
+          f"augment must be empty (off) or 4 finite numbers >= 0: rotation "
+          f"in degrees, scale, shear, translation in pixels; got "
+          f"{list(values)}.")
+    return cls(*values)
+
+
+def random_affine(x, *, affine, seed):
+  """Each image of x under its own random affine map (bilinear, zero fill).
+
+  Args:
+    x: [B, H, W, C] float images.
+    affine: an `Affine`, the largest change per image.
+    seed: [2] int, the stateless seed; one seed gives one set of maps.
+
+  Returns:
+    [B, H, W, C] float. A zero `Affine` returns x unchanged.
+  """
+  shape = tf.shape(x)
+  b, h, w = shape[0], shape[1], shape[2]
+  u = tf.random.stateless_uniform([b, 5], seed=seed, minval=-1.0,
+                                  maxval=1.0, dtype=x.dtype)
+  angle = u[:, 0] * (affine.rotation * math.pi / 180.0)
+  scale = 1.0 + u[:, 1] * affine.scale
+  shear = u[:, 2] * affine.shear
+  tx, ty = u[:, 3] * affine.translation, u[:, 4] * affine.translation
+  # The op maps each output pixel (x, y) to the input point
+  # M (x - c) + c + t, with M = rotation · shear / scale.
+  cos, sin = tf.cos(angle) / scale, tf.sin(angle) / scale
+  m00, m01 = cos, shear * cos - sin
+  m10, m11 = sin, shear * sin + cos
+  cx = (tf.cast(w, x.dtype) - 1.0) / 2.0
+  cy = (tf.cast(h, x.dtype) - 1.0) / 2.0
+  zeros = tf.zeros_like(angle)
+  transforms = tf.stack(
+      [m00, m01, cx - m00 * cx - m01 * cy + tx,
+       m10, m11, cy - m10 * cx - m11 * cy + ty, zeros, zeros], axis=1)
+  return tf.raw_ops.ImageProjectiveTransformV3(
+      images=x, transforms=tf.cast(transforms, tf.float32),
+      output_shape=tf.stack([h, w]), fill_value=tf.constant(0.0),
+      interpolation="BILINEAR", fill_mode="CONSTANT")

@@ -1,0 +1,125 @@
+"""Augmented copies: the affine maps, the copy anchors, the train step."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ddlsc_tf import augment
+from ddlsc_tf import configs
+from ddlsc_tf import losses
+from ddlsc_tf import train
+
+_ZERO = augment.Affine(0.0, 0.0, 0.0, 0.0)
+
+
+def _images(rng, b=6, h=12, w=10):
+  return rng.uniform(size=(b, h, w, 1)).astype(np.float32)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_zero_affine_is_the_identity(graph):
+  x = _images(np.random.default_rng(0))
+  fn = tf.function(augment.random_affine) if graph else augment.random_affine
+  out = fn(x, affine=_ZERO, seed=tf.constant([0, 5]))
+  np.testing.assert_allclose(out, x, atol=1e-5)
+
+
+def test_pure_translation_shifts_by_whole_pixels():
+  # translation 1 draws shifts in (-1, 1): check against the drawn shift
+  # through a second route, an image whose value is its column index.
+  h, w = 8, 9
+  cols = np.tile(np.arange(w, dtype=np.float32), (h, 1))[None, :, :, None]
+  x = np.repeat(cols, 4, axis=0)
+  seed = tf.constant([3, 1])
+  out = augment.random_affine(
+      x, affine=augment.Affine(0.0, 0.0, 0.0, 1.0), seed=seed).numpy()
+  u = tf.random.stateless_uniform([4, 5], seed=seed, minval=-1.0,
+                                  maxval=1.0).numpy()
+  # Output pixel (y, x) reads input x + tx: away from the borders the
+  # column index grows by tx.
+  np.testing.assert_allclose(out[:, 3, 4, 0], 4 + u[:, 3], atol=1e-4)
+
+
+def test_maps_depend_only_on_the_seed():
+  x = _images(np.random.default_rng(1))
+  affine = augment.Affine(15.0, 0.1, 0.2, 2.0)
+  a = augment.random_affine(x, affine=affine, seed=tf.constant([0, 1]))
+  b = augment.random_affine(x, affine=affine, seed=tf.constant([0, 1]))
+  c = augment.random_affine(x, affine=affine, seed=tf.constant([0, 2]))
+  np.testing.assert_array_equal(a, b)
+  assert not np.allclose(a, c)
+  assert a.shape == x.shape
+
+
+def test_rotation_keeps_the_centre_pixel():
+  x = np.zeros((3, 9, 9, 1), np.float32)
+  x[:, 4, 4, 0] = 1.0
+  out = augment.random_affine(x, affine=augment.Affine(30.0, 0, 0, 0),
+                              seed=tf.constant([0, 0])).numpy()
+  np.testing.assert_allclose(out[:, 4, 4, 0], 1.0, atol=1e-5)
+
+
+def test_parse_rejects_bad_values():
+  assert augment.Affine.parse(()) is None
+  assert augment.Affine.parse([1, 2, 3, 4]) == augment.Affine(1, 2, 3, 4)
+  for bad in ((1, 2, 3), (1, 2, 3, -1), (1, 2, float("nan"), 4)):
+    with pytest.raises(ValueError, match="augment must be empty"):
+      augment.Affine.parse(bad)
+  with pytest.raises(ValueError, match="augment must be empty"):
+    configs.MNIST.replace(augment=(10.0,))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_copy_anchors(graph):
+  rng = np.random.default_rng(2)
+  b = 5
+  a = rng.uniform(size=(b, b)) < 0.3
+  a = (a | a.T) & ~np.eye(b, dtype=bool)
+  ignore = rng.uniform(size=(b, b)) < 0.2
+  fn = tf.function(losses.with_copy_anchors) if graph else (
+      losses.with_copy_anchors)
+  stacked = fn(tf.constant(a)).numpy()
+  expected = np.zeros((2 * b, 2 * b), bool)
+  expected[:b, :b] = a
+  expected[np.arange(b), b + np.arange(b)] = True
+  expected[b + np.arange(b), np.arange(b)] = True
+  np.testing.assert_array_equal(stacked, expected)
+  assert (stacked == stacked.T).all() and not stacked.diagonal().any()
+  stacked2, ignore2 = fn(tf.constant(a), tf.constant(ignore))
+  np.testing.assert_array_equal(stacked2, expected)
+  np.testing.assert_array_equal(ignore2.numpy()[:b, :b], ignore)
+  assert not ignore2.numpy()[b:].any() and not ignore2.numpy()[:, b:].any()
+
+
+def test_augmented_pretraining_lowers_the_loss_and_round_trips(
+    tmp_path, make_blobs):
+  x, labels = make_blobs()
+  keras.utils.set_random_seed(0)
+  config = configs.TINY.replace(knn_k=3, augment=(10.0, 0.1, 0.1, 1.0))
+  model = train.build_model(config, (28, 28, 1))
+  assert model.affine == augment.Affine(10.0, 0.1, 0.1, 1.0)
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  history = model.fit(x, labels, batch_size=len(x), epochs=30, verbose=0)
+  loss = history.history["pretrain/loss"]
+  assert np.isfinite(loss).all()
+  assert np.mean(loss[-5:]) < np.mean(loss[:5]) - 0.05, loss
+  model.save(tmp_path / "model.keras")
+  reloaded = keras.models.load_model(tmp_path / "model.keras")
+  assert reloaded.get_config() == model.get_config()
+  assert reloaded.affine == model.affine
+  np.testing.assert_array_equal(reloaded.embed(x), model.embed(x))
+
+
+def test_augmented_steps_are_reproducible(make_blobs):
+  x, labels = make_blobs()
+  weights = []
+  for _ in range(2):
+    keras.utils.set_random_seed(0)
+    config = configs.TINY.replace(knn_k=3, augment=(10.0, 0.1, 0.1, 1.0))
+    model = train.build_model(config, (28, 28, 1))
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    model.fit(x, labels, batch_size=len(x), epochs=3, verbose=0)
+    weights.append(model.get_weights())
+  for a, b in zip(*weights, strict=True):
+    np.testing.assert_array_equal(a, b)
