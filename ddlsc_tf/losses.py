@@ -248,7 +248,7 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
   return (anchors, knn.graph) if return_graph else anchors
 
 
-def with_copy_anchors(anchors, ignore=None):
+def with_copy_anchors(anchors):
   """The anchor mask of a batch followed by a copy of each of its images.
 
   For the stacked batch [X; X'] where X' holds one augmented copy of each
@@ -258,21 +258,14 @@ def with_copy_anchors(anchors, ignore=None):
 
   Args:
     anchors: [B, B] bool anchor mask of X (symmetric, no diagonal).
-    ignore: optional [B, B] bool pairs of X left out of L_d.
 
   Returns:
-    [2B, 2B] bool anchors, symmetric, False on the diagonal; with `ignore`
-    given, (anchors, [2B, 2B] ignore), the copies ignoring nothing.
+    [2B, 2B] bool anchors, symmetric, False on the diagonal.
   """
   _check_rank("anchors", anchors, 2)
   eye = tf.eye(tf.shape(anchors)[0], dtype=tf.bool)
-  none = tf.zeros_like(anchors)
-  stacked = tf.concat([tf.concat([anchors, eye], axis=1),
-                       tf.concat([eye, none], axis=1)], axis=0)
-  if ignore is None:
-    return stacked
-  return stacked, tf.concat([tf.concat([ignore, none], axis=1),
-                             tf.concat([none, none], axis=1)], axis=0)
+  return tf.concat([tf.concat([anchors, eye], axis=1),
+                    tf.concat([eye, tf.zeros_like(anchors)], axis=1)], axis=0)
 
 
 def discriminative_loss(*, z, anchors, alpha, ignore=None):

@@ -241,9 +241,11 @@ class DDLSC(keras.Model):
     step = tf.cast(self.optimizer.iterations, tf.int32)
     copies = augment_lib.random_affine(
         x, affine=self.affine, seed=tf.stack([self.seed, step]))
-    masks = losses.with_copy_anchors(anchors, ignore)
-    anchors, ignore = masks if ignore is not None else (masks, None)
-    return tf.concat([x, copies], axis=0), anchors, ignore
+    if ignore is not None:  # the copies' pairs are all pushed or pulled
+      b = tf.shape(ignore)[0]
+      ignore = tf.pad(ignore, [[0, b], [0, b]], constant_values=False)
+    return (tf.concat([x, copies], axis=0),
+            losses.with_copy_anchors(anchors), ignore)
 
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data

@@ -76,7 +76,6 @@ def test_copy_anchors(graph):
   b = 5
   a = rng.uniform(size=(b, b)) < 0.3
   a = (a | a.T) & ~np.eye(b, dtype=bool)
-  ignore = rng.uniform(size=(b, b)) < 0.2
   fn = tf.function(losses.with_copy_anchors) if graph else (
       losses.with_copy_anchors)
   stacked = fn(tf.constant(a)).numpy()
@@ -86,10 +85,25 @@ def test_copy_anchors(graph):
   expected[b + np.arange(b), np.arange(b)] = True
   np.testing.assert_array_equal(stacked, expected)
   assert (stacked == stacked.T).all() and not stacked.diagonal().any()
-  stacked2, ignore2 = fn(tf.constant(a), tf.constant(ignore))
-  np.testing.assert_array_equal(stacked2, expected)
-  np.testing.assert_array_equal(ignore2.numpy()[:b, :b], ignore)
-  assert not ignore2.numpy()[b:].any() and not ignore2.numpy()[:, b:].any()
+
+
+def test_copies_with_knn_neutral_pairs(make_blobs):
+  # The copies leave the originals' ignored kNN pairs as they are and
+  # ignore nothing of their own.
+  x, _ = make_blobs()
+  keras.utils.set_random_seed(0)
+  config = configs.TINY.replace(knn_k=3, knn_neutral=True,
+                                augment=(10.0, 0.1, 0.1, 1.0))
+  model = train.build_model(config, (28, 28, 1))
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  x = tf.constant(x[:16])
+  # pylint: disable=protected-access
+  anchors, ignore = model._anchors(x)
+  stacked, anchors2, ignore2 = model._with_copies(x, anchors, ignore)
+  assert stacked.shape[0] == 32
+  np.testing.assert_array_equal(anchors2, losses.with_copy_anchors(anchors))
+  np.testing.assert_array_equal(ignore2.numpy()[:16, :16], ignore)
+  assert not ignore2.numpy()[16:].any() and not ignore2.numpy()[:, 16:].any()
 
 
 def test_augmented_pretraining_lowers_the_loss_and_round_trips(
