@@ -13,7 +13,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ddlsc_tf import augment as augment_lib
 from ddlsc_tf import data
 from ddlsc_tf import losses
 from ddlsc_tf import model as model_lib
@@ -59,10 +58,7 @@ class ReconOnlyDDLSC(model_lib.DDLSC):
   With `augment`, both run the network on the batch and its copies."""
 
   def _pretrain_step(self, data):
-    x = data[0]
-    if self.affine is not None:
-      x = tf.concat([x, augment_lib.random_affine(
-          x, affine=self.affine, seed=tf.stack([self.seed, 0]))], axis=0)
+    x = self._stack_copies(data[0])
     with tf.GradientTape() as tape:
       _, x_hat = self(x, training=True)
       l_r = losses.reconstruction_loss(x=x, x_hat=x_hat)

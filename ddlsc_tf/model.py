@@ -234,18 +234,24 @@ class DDLSC(keras.Model):
       tracker.update_state(value)
     return {m.name: m.result() for m in self.metrics}
 
+  def _stack_copies(self, x):
+    """[x; a random affine copy of each image], or x without `augment`.
+    The maps depend on the seed and the optimizer's step count only."""
+    if self.affine is None:
+      return x
+    step = tf.cast(self.optimizer.iterations, tf.int32)
+    return tf.concat([x, augment_lib.random_affine(
+        x, affine=self.affine, seed=tf.stack([self.seed, step]))], axis=0)
+
   def _with_copies(self, x, anchors, ignore):
     """[x; copies of x] and its masks, when the model augments."""
     if self.affine is None:
       return x, anchors, ignore
-    step = tf.cast(self.optimizer.iterations, tf.int32)
-    copies = augment_lib.random_affine(
-        x, affine=self.affine, seed=tf.stack([self.seed, step]))
     if ignore is not None:  # the copies' pairs are all pushed or pulled
       b = tf.shape(ignore)[0]
       ignore = tf.pad(ignore, [[0, b], [0, b]], constant_values=False)
-    return (tf.concat([x, copies], axis=0),
-            losses.with_copy_anchors(anchors), ignore)
+    return (self._stack_copies(x), losses.with_copy_anchors(anchors),
+            ignore)
 
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
