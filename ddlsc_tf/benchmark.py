@@ -58,7 +58,9 @@ class ReconOnlyDDLSC(model_lib.DDLSC):
   With `augment`, both run the network on the batch and its copies."""
 
   def _pretrain_step(self, data):
-    x = self._stack_copies(data[0])
+    x = data[0]
+    if self.affine is not None:
+      x, _ = self._stack_copies(x)
     with tf.GradientTape() as tape:
       _, x_hat = self(x, training=True)
       l_r = losses.reconstruction_loss(x=x, x_hat=x_hat)

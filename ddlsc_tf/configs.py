@@ -49,6 +49,11 @@ class Config:
   # shear, translation in pixels), and makes each (image, copy) pair an
   # anchor (augment.py, losses.with_copy_anchors). Empty: off, as the paper.
   augment: Tuple[float, ...] = ()
+  # Ours: the fraction of a batch's images that get a copy (a random subset
+  # per step; the network runs on |B|(1 + fraction) rows), and the phases
+  # whose steps add copies ("pretrain", "cluster1": the two with anchors).
+  augment_fraction: float = 1.0
+  augment_phases: Tuple[str, ...] = ("pretrain",)
   # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
   # assignments S, centroids μ, then `epochs_per_iteration` epochs on θ;
   # it stops after `*_iterations` or when L_c moves less than the tolerance.
@@ -138,6 +143,13 @@ class Config:
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")
     augment_lib.Affine.parse(self.augment)  # raises on a bad tuple
+    if not 0.0 < self.augment_fraction <= 1.0:
+      raise ValueError(f"augment_fraction must be in (0, 1], got "
+                       f"{self.augment_fraction}.")
+    bad = [p for p in self.augment_phases if p not in ("pretrain", "cluster1")]
+    if bad:
+      raise ValueError(f"augment_phases {bad} unknown: copies are anchors, "
+                       f"so only 'pretrain' and 'cluster1' can add them.")
     phases = ("pretrain", "cluster1", "cluster2")
     unknown = [p for p in self.phases if p not in phases]
     if unknown or not self.phases:

@@ -248,24 +248,36 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
   return (anchors, knn.graph) if return_graph else anchors
 
 
-def with_copy_anchors(anchors):
-  """The anchor mask of a batch followed by a copy of each of its images.
+def with_copy_anchors(anchors, index=None):
+  """The anchor mask of a batch followed by augmented copies of its images.
 
-  For the stacked batch [X; X'] where X' holds one augmented copy of each
-  image of X (`augment.random_affine`): X's own anchors, plus every pair
-  (x_i, x'_i) both ways. A copy has no other anchor, so it is pushed away
-  from everything but its original, as any non-anchor pair of eq. 5.
+  For the stacked batch [X; X'] where X'_j is an augmented copy of
+  X_{index_j} (`augment.random_affine`): X's own anchors, plus every pair
+  (x_{index_j}, x'_j) both ways. A copy has no other anchor, so it is
+  pushed away from everything but its original, as any non-anchor pair of
+  eq. 5.
 
   Args:
     anchors: [B, B] bool anchor mask of X (symmetric, no diagonal).
+    index: [M] int, which image of X each copy was made from (distinct
+      values in [0, B)); None: one copy of every image, in order (M = B).
 
   Returns:
-    [2B, 2B] bool anchors, symmetric, False on the diagonal.
+    [B+M, B+M] bool anchors, symmetric, False on the diagonal.
   """
   _check_rank("anchors", anchors, 2)
-  eye = tf.eye(tf.shape(anchors)[0], dtype=tf.bool)
-  return tf.concat([tf.concat([anchors, eye], axis=1),
-                    tf.concat([eye, tf.zeros_like(anchors)], axis=1)], axis=0)
+  b = tf.shape(anchors)[0]
+  if index is None:
+    pairs = tf.eye(b, dtype=tf.bool)
+  else:
+    _check_rank("index", index, 1)
+    pairs = tf.equal(tf.range(b)[:, None],
+                     tf.cast(index, tf.int32)[None, :])  # [B, M]
+  m = tf.shape(pairs)[1]
+  return tf.concat(
+      [tf.concat([anchors, pairs], axis=1),
+       tf.concat([tf.transpose(pairs), tf.zeros([m, m], tf.bool)], axis=1)],
+      axis=0)
 
 
 def discriminative_loss(*, z, anchors, alpha, ignore=None):

@@ -14,6 +14,9 @@ from ddlsc_tf import losses
 from ddlsc_tf import networks
 
 PACKAGE = "ddlsc_tf"
+# The phases whose loss has anchors, so the (image, copy) pairs mean
+# something there.
+AUGMENT_PHASES = ("pretrain", "cluster1")
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -41,6 +44,10 @@ class DDLSC(keras.Model):
     augment: None, or the largest random (rotation in degrees, scale,
       shear, translation in pixels) of a copy of each pre-training image,
       each (image, copy) pair an anchor (ours; see `augment`).
+    augment_fraction: the fraction of a batch's images that get a copy, in
+      (0, 1]; below 1 a random subset, drawn per step (ours: cheaper).
+    augment_phases: the phases whose steps add the copies: "pretrain"
+      and/or "cluster1" (the phases whose loss has anchors).
     seed: seed of the copies' random maps (a step's maps depend on it and
       on the optimizer's step count only).
     num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
@@ -56,7 +63,8 @@ class DDLSC(keras.Model):
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
-               knn_features="raw", augment=None, seed=0,
+               knn_features="raw", augment=None, augment_fraction=1.0,
+               augment_phases=("pretrain",), seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
                cluster_lambda_r=None, phase="pretrain", **kwargs):
     super().__init__(**kwargs)
@@ -83,6 +91,15 @@ class DDLSC(keras.Model):
     self.alpha = float(alpha)
     self.lambda_r = float(lambda_r)
     self.affine = augment_lib.Affine.parse(augment or ())
+    self.augment_fraction = float(augment_fraction)
+    if not 0.0 < self.augment_fraction <= 1.0:
+      raise ValueError(f"augment_fraction must be in (0, 1], got "
+                       f"{self.augment_fraction}.")
+    self.augment_phases = tuple(augment_phases)
+    unknown = set(self.augment_phases) - set(AUGMENT_PHASES)
+    if unknown:
+      raise ValueError(f"augment_phases {sorted(unknown)} unknown: copies "
+                       f"are anchors, so only {AUGMENT_PHASES} can add them.")
     self.seed = int(seed)
     self.encoder = networks.build_encoder(
         self.image_shape, filters=self.encoder_filters,
@@ -235,28 +252,45 @@ class DDLSC(keras.Model):
     return {m.name: m.result() for m in self.metrics}
 
   def _stack_copies(self, x):
-    """[x; a random affine copy of each image], or x without `augment`.
-    The maps depend on the seed and the optimizer's step count only."""
-    if self.affine is None:
-      return x
+    """([x; copies], index): a random affine copy of each image of x, or of
+    a random `augment_fraction` of them, the copy j made from x[index[j]]
+    (index None: every image, in order). The maps and the subset depend on
+    the seed and the optimizer's step count only."""
     step = tf.cast(self.optimizer.iterations, tf.int32)
-    return tf.concat([x, augment_lib.random_affine(
-        x, affine=self.affine, seed=tf.stack([self.seed, step]))], axis=0)
+    seed = tf.stack([self.seed, step])
+    index, originals = None, x
+    if self.augment_fraction < 1.0:
+      b = tf.shape(x)[0]
+      m = tf.maximum(1, tf.cast(tf.round(
+          self.augment_fraction * tf.cast(b, tf.float32)), tf.int32))
+      order = tf.argsort(tf.random.stateless_uniform(
+          [b], seed=tf.random.experimental.stateless_fold_in(seed, 1)))
+      index = order[:m]
+      originals = tf.gather(x, index)
+    copies = augment_lib.random_affine(originals, affine=self.affine,
+                                       seed=seed)
+    return tf.concat([x, copies], axis=0), index
 
-  def _with_copies(self, x, anchors, ignore):
-    """[x; copies of x] and its masks, when the model augments."""
-    if self.affine is None:
-      return x, anchors, ignore
-    if ignore is not None:  # the copies' pairs are all pushed or pulled
-      b = tf.shape(ignore)[0]
-      ignore = tf.pad(ignore, [[0, b], [0, b]], constant_values=False)
-    return (self._stack_copies(x), losses.with_copy_anchors(anchors),
-            ignore)
+  def _with_copies(self, x, anchors, ignore, assignments=None):
+    """x, its masks and assignments, with the copies appended when the
+    model augments in the current phase. A copy takes its image's
+    assignment; the kNN-neutral mask leaves no copy pair out."""
+    if self.affine is None or self.phase not in self.augment_phases:
+      return x, anchors, ignore, assignments
+    b = tf.shape(x)[0]
+    x, index = self._stack_copies(x)
+    m = tf.shape(x)[0] - b
+    if ignore is not None:
+      ignore = tf.pad(ignore, [[0, m], [0, m]], constant_values=False)
+    if assignments is not None:
+      assignments = tf.concat([assignments, assignments if index is None
+                               else tf.gather(assignments, index)], axis=0)
+    return x, losses.with_copy_anchors(anchors, index), ignore, assignments
 
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
     anchors, ignore = self._anchors(x)
-    x, anchors, ignore = self._with_copies(x, anchors, ignore)
+    x, anchors, ignore, _ = self._with_copies(x, anchors, ignore)
     with tf.GradientTape() as tape:
       z, x_hat = self(x, training=True)
       total, l_d, l_r = losses.pretrain_loss(
@@ -267,6 +301,8 @@ class DDLSC(keras.Model):
   def _cluster1_step(self, data):
     x, _, assignments = data
     anchors, ignore = self._anchors(x)
+    x, anchors, ignore, assignments = self._with_copies(
+        x, anchors, ignore, assignments)
     with tf.GradientTape() as tape:
       z, x_hat = self(x, training=True)
       total, l_c, l_d, l_r = losses.stage1_loss(
@@ -309,6 +345,8 @@ class DDLSC(keras.Model):
         alpha=self.alpha,
         lambda_r=self.lambda_r,
         augment=None if self.affine is None else list(self.affine),
+        augment_fraction=self.augment_fraction,
+        augment_phases=list(self.augment_phases),
         seed=self.seed,
         phase=self.phase,
     )

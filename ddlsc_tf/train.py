@@ -53,6 +53,8 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       alpha=config.alpha,
       lambda_r=config.lambda_r,
       augment=config.augment,
+      augment_fraction=config.augment_fraction,
+      augment_phases=config.augment_phases,
       seed=config.seed)
 
 

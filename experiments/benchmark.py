@@ -18,13 +18,13 @@ from ddlsc_tf import configs
 from ddlsc_tf import data
 from ddlsc_tf import networks
 from ddlsc_tf import train
+from experiments import config_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
 flags.DEFINE_string("data_dir", None, "TFDS data directory.")
 flags.DEFINE_string("manual_dir", None,
                     "Folder with the raw dataset archives, for offline use.")
-flags.DEFINE_integer("max_examples", None, "Use only the first N images.")
 flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
 flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
 flags.DEFINE_string(
@@ -34,6 +34,7 @@ flags.DEFINE_string(
 flags.DEFINE_bool(
     "write_reference", False,
     "Write this run's fixed-batch losses as the reference instead.")
+config_flags.define_overrides(configs)  # --max_examples, --augment, ...
 flags.DEFINE_bool(
     "unfused_batch_norm", False,
     "Build the network with Keras' own BatchNormalization (the code before "
@@ -44,9 +45,7 @@ def main(argv):
   del argv
   if FLAGS.unfused_batch_norm:
     networks.FusedBatchNormalization = keras.layers.BatchNormalization
-  config = configs.get_preset(FLAGS.dataset)
-  if FLAGS.max_examples:
-    config = config.replace(max_examples=FLAGS.max_examples)
+  config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
   images, labels = data.load_images(
       config.dataset, data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
       max_examples=config.max_examples)

@@ -3,15 +3,13 @@ r"""Runs DDLSC on one dataset: `python -m experiments.run --dataset=mnist`.
 Every preset field can be overridden by the flag of the same name.
 """
 
-import dataclasses
-import typing
-
 from absl import app
 from absl import flags
 from absl import logging
 
 from ddlsc_tf import configs
 from ddlsc_tf import train
+from experiments import config_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
@@ -31,50 +29,11 @@ flags.DEFINE_bool("overwrite", False,
                   "Delete an earlier run's outputs in --workdir first.")
 
 
-def _define_overrides():
-  """One flag per Config field (except dataset), default None = preset's."""
-  for field in dataclasses.fields(configs.Config):
-    if field.name == "dataset":
-      continue
-    help_ = f"Override the preset's {field.name}."
-    kind = typing.get_args(field.type) or (field.type,)  # Optional[X] → X
-    if typing.get_origin(field.type) is tuple:
-      flags.DEFINE_list(field.name, None, help_ + " Comma-separated.")
-    elif bool in kind:
-      flags.DEFINE_bool(field.name, None, help_)
-    elif int in kind:
-      flags.DEFINE_integer(field.name, None, help_)
-    elif float in kind:
-      flags.DEFINE_float(field.name, None, help_)
-    else:
-      flags.DEFINE_string(field.name, None, help_)
-
-
-_define_overrides()
-
-
-def _parse_item(cast, text):
-  """One comma-separated item of a list flag; bool("False") would be True."""
-  if cast is not bool:
-    return cast(text)
-  lowered = text.strip().lower()
-  if lowered not in ("true", "false", "1", "0"):
-    raise ValueError(f"{text!r} is not a boolean (true/false/1/0).")
-  return lowered in ("true", "1")
+config_flags.define_overrides(configs)
 
 
 def resolve_config():
-  config = configs.get_preset(FLAGS.dataset)
-  changes = {}
-  for field in dataclasses.fields(configs.Config):
-    value = getattr(FLAGS, field.name, None)
-    if field.name == "dataset" or value is None:
-      continue
-    if isinstance(value, list):
-      cast = typing.get_args(field.type)[0]  # Tuple[int, ...] → int
-      value = tuple(_parse_item(cast, v) for v in value)
-    changes[field.name] = value
-  return config.replace(**changes)
+  return config_flags.resolve(configs.get_preset(FLAGS.dataset))
 
 
 def main(argv):

@@ -87,6 +87,73 @@ def test_copy_anchors(graph):
   assert (stacked == stacked.T).all() and not stacked.diagonal().any()
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_copy_anchors_of_a_subset(graph):
+  rng = np.random.default_rng(3)
+  b = 6
+  a = rng.uniform(size=(b, b)) < 0.3
+  a = (a | a.T) & ~np.eye(b, dtype=bool)
+  index = np.array([4, 0, 2])
+  fn = tf.function(losses.with_copy_anchors) if graph else (
+      losses.with_copy_anchors)
+  stacked = fn(tf.constant(a), tf.constant(index)).numpy()
+  expected = np.zeros((b + 3, b + 3), bool)
+  expected[:b, :b] = a
+  expected[index, b + np.arange(3)] = True
+  expected[b + np.arange(3), index] = True
+  np.testing.assert_array_equal(stacked, expected)
+  # The full index in order is the default.
+  np.testing.assert_array_equal(
+      fn(tf.constant(a), tf.range(b)), fn(tf.constant(a)))
+
+
+def test_a_fraction_of_the_batch_gets_copies(make_blobs):
+  x, _ = make_blobs()
+  # A zero map: each copy equals the image it was made from.
+  config = configs.TINY.replace(knn_k=3, augment=(0.0, 0.0, 0.0, 0.0),
+                                augment_fraction=0.25,
+                                augment_phases=("pretrain", "cluster1"))
+  model = train.build_model(config, (28, 28, 1))
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  x = tf.constant(x[:16])
+  assignments = tf.range(16) % 3
+  anchors, ignore = model._anchors(x)  # pylint: disable=protected-access
+  model.phase = "cluster1"
+  stacked, anchors2, _, assigned = model._with_copies(  # pylint: disable=protected-access
+      x, anchors, ignore, assignments)
+  assert stacked.shape[0] == 16 + 4 and anchors2.shape == (20, 20)
+  # Each copy's one anchor is the image it was made from, whose assignment
+  # it takes; the copies are distinct images.
+  pairs = anchors2.numpy()[16:, :16]
+  assert (pairs.sum(axis=1) == 1).all()
+  index = pairs.argmax(axis=1)
+  assert len(set(index)) == 4
+  np.testing.assert_array_equal(assigned[16:], tf.gather(assignments, index))
+  np.testing.assert_array_equal(stacked[16:], tf.gather(x, index))
+  # Stage II has no anchors: no copies there.
+  model.phase = "cluster2"
+  assert model._with_copies(x, anchors, ignore)[0].shape[0] == 16  # pylint: disable=protected-access
+
+
+def test_copies_only_in_the_chosen_phases(make_blobs):
+  x, _ = make_blobs()
+  config = configs.TINY.replace(knn_k=3, augment=(10.0, 0.1, 0.1, 1.0))
+  model = train.build_model(config, (28, 28, 1))
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  x = tf.constant(x[:8])
+  anchors, ignore = model._anchors(x)  # pylint: disable=protected-access
+  model.phase = "cluster1"  # not in the default augment_phases
+  out = model._with_copies(x, anchors, ignore, tf.zeros([8], tf.int32))  # pylint: disable=protected-access
+  assert out[0].shape[0] == 8 and out[3].shape[0] == 8
+  for bad, message in (({"augment_fraction": 0.0}, "augment_fraction"),
+                       ({"augment_fraction": 1.5}, "augment_fraction"),
+                       ({"augment_phases": ("cluster2",)}, "augment_phases")):
+    with pytest.raises(ValueError, match=message):
+      configs.TINY.replace(**bad)
+    with pytest.raises(ValueError, match=message):
+      type(model).from_config({**model.get_config(), **bad})
+
+
 def test_copies_with_knn_neutral_pairs(make_blobs):
   # The copies leave the originals' ignored kNN pairs as they are and
   # ignore nothing of their own.
@@ -99,7 +166,7 @@ def test_copies_with_knn_neutral_pairs(make_blobs):
   x = tf.constant(x[:16])
   # pylint: disable=protected-access
   anchors, ignore = model._anchors(x)
-  stacked, anchors2, ignore2 = model._with_copies(x, anchors, ignore)
+  stacked, anchors2, ignore2, _ = model._with_copies(x, anchors, ignore)
   assert stacked.shape[0] == 32
   np.testing.assert_array_equal(anchors2, losses.with_copy_anchors(anchors))
   np.testing.assert_array_equal(ignore2.numpy()[:16, :16], ignore)

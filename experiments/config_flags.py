@@ -1,0 +1,53 @@
+"""One absl flag per `configs.Config` field, shared by the experiment
+scripts: `--batch_size=500` overrides the preset's value, an unset flag
+keeps it."""
+
+import dataclasses
+import typing
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+
+def define_overrides(configs_module, skip=("dataset",)):
+  """Defines a flag (default None) for every Config field not in `skip`."""
+  for field in dataclasses.fields(configs_module.Config):
+    if field.name in skip:
+      continue
+    help_ = f"Override the preset's {field.name}."
+    kind = typing.get_args(field.type) or (field.type,)  # Optional[X] → X
+    if typing.get_origin(field.type) is tuple:
+      flags.DEFINE_list(field.name, None, help_ + " Comma-separated.")
+    elif bool in kind:
+      flags.DEFINE_bool(field.name, None, help_)
+    elif int in kind:
+      flags.DEFINE_integer(field.name, None, help_)
+    elif float in kind:
+      flags.DEFINE_float(field.name, None, help_)
+    else:
+      flags.DEFINE_string(field.name, None, help_)
+
+
+def _parse_item(cast, text):
+  """One comma-separated item of a list flag; bool("False") would be True."""
+  if cast is not bool:
+    return cast(text)
+  lowered = text.strip().lower()
+  if lowered not in ("true", "false", "1", "0"):
+    raise ValueError(f"{text!r} is not a boolean (true/false/1/0).")
+  return lowered in ("true", "1")
+
+
+def resolve(config):
+  """`config` with every set override flag applied."""
+  changes = {}
+  for field in dataclasses.fields(type(config)):
+    value = getattr(FLAGS, field.name, None)
+    if field.name == "dataset" or value is None:
+      continue
+    if isinstance(value, list):
+      cast = typing.get_args(field.type)[0]  # Tuple[int, ...] → int
+      value = tuple(_parse_item(cast, v) for v in value)
+    changes[field.name] = value
+  return config.replace(**changes)
