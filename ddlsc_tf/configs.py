@@ -51,7 +51,8 @@ class Config:
   augment: Tuple[float, ...] = ()
   # Ours: the fraction of a batch's images that get a copy (a random subset
   # per step; the network runs on |B|(1 + fraction) rows), and the phases
-  # whose steps add copies ("pretrain", "cluster1": the two with anchors).
+  # whose steps add copies (in the clustering stages a copy also takes its
+  # image's assignment).
   augment_fraction: float = 1.0
   augment_phases: Tuple[str, ...] = ("pretrain",)
   # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
@@ -146,11 +147,11 @@ class Config:
     if not 0.0 < self.augment_fraction <= 1.0:
       raise ValueError(f"augment_fraction must be in (0, 1], got "
                        f"{self.augment_fraction}.")
-    bad = [p for p in self.augment_phases if p not in ("pretrain", "cluster1")]
-    if bad:
-      raise ValueError(f"augment_phases {bad} unknown: copies are anchors, "
-                       f"so only 'pretrain' and 'cluster1' can add them.")
     phases = ("pretrain", "cluster1", "cluster2")
+    bad = [p for p in self.augment_phases if p not in phases]
+    if bad:
+      raise ValueError(f"augment_phases {bad} unknown; expected names from "
+                       f"{list(phases)}.")
     unknown = [p for p in self.phases if p not in phases]
     if unknown or not self.phases:
       raise ValueError(f"unknown phases {unknown or list(self.phases)}; "

@@ -14,9 +14,6 @@ from ddlsc_tf import losses
 from ddlsc_tf import networks
 
 PACKAGE = "ddlsc_tf"
-# The phases whose loss has anchors, so the (image, copy) pairs mean
-# something there.
-AUGMENT_PHASES = ("pretrain", "cluster1")
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -46,8 +43,11 @@ class DDLSC(keras.Model):
       each (image, copy) pair an anchor (ours; see `augment`).
     augment_fraction: the fraction of a batch's images that get a copy, in
       (0, 1]; below 1 a random subset, drawn per step (ours: cheaper).
-    augment_phases: the phases whose steps add the copies: "pretrain"
-      and/or "cluster1" (the phases whose loss has anchors).
+    augment_phases: the phases (of `PHASES`) whose steps add the copies.
+      Where the loss has anchors (pre-training, stage I) each (image, copy)
+      pair is one; in the clustering stages a copy also takes its image's
+      assignment, so L_c (and in stage II L_w, L_b) treat it as a member of
+      that cluster.
     seed: seed of the copies' random maps (a step's maps depend on it and
       on the optimizer's step count only).
     num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
@@ -96,10 +96,10 @@ class DDLSC(keras.Model):
       raise ValueError(f"augment_fraction must be in (0, 1], got "
                        f"{self.augment_fraction}.")
     self.augment_phases = tuple(augment_phases)
-    unknown = set(self.augment_phases) - set(AUGMENT_PHASES)
+    unknown = set(self.augment_phases) - set(self.PHASES)
     if unknown:
-      raise ValueError(f"augment_phases {sorted(unknown)} unknown: copies "
-                       f"are anchors, so only {AUGMENT_PHASES} can add them.")
+      raise ValueError(f"augment_phases {sorted(unknown)} unknown; expected "
+                       f"names from {self.PHASES}.")
     self.seed = int(seed)
     self.encoder = networks.build_encoder(
         self.image_shape, filters=self.encoder_filters,
@@ -282,10 +282,12 @@ class DDLSC(keras.Model):
     m = tf.shape(x)[0] - b
     if ignore is not None:
       ignore = tf.pad(ignore, [[0, m], [0, m]], constant_values=False)
+    if anchors is not None:
+      anchors = losses.with_copy_anchors(anchors, index)
     if assignments is not None:
       assignments = tf.concat([assignments, assignments if index is None
                                else tf.gather(assignments, index)], axis=0)
-    return x, losses.with_copy_anchors(anchors, index), ignore, assignments
+    return x, anchors, ignore, assignments
 
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
@@ -314,6 +316,7 @@ class DDLSC(keras.Model):
 
   def _cluster2_step(self, data):
     x, _, assignments = data
+    x, _, _, assignments = self._with_copies(x, None, None, assignments)
     with tf.GradientTape() as tape:
       z, x_hat = self(x, training=True)
       total, l_c, l_w, l_b, l_r = losses.stage2_loss(

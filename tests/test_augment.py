@@ -130,7 +130,7 @@ def test_a_fraction_of_the_batch_gets_copies(make_blobs):
   assert len(set(index)) == 4
   np.testing.assert_array_equal(assigned[16:], tf.gather(assignments, index))
   np.testing.assert_array_equal(stacked[16:], tf.gather(x, index))
-  # Stage II has no anchors: no copies there.
+  # Stage II is not in augment_phases: no copies there.
   model.phase = "cluster2"
   assert model._with_copies(x, anchors, ignore)[0].shape[0] == 16  # pylint: disable=protected-access
 
@@ -147,11 +147,33 @@ def test_copies_only_in_the_chosen_phases(make_blobs):
   assert out[0].shape[0] == 8 and out[3].shape[0] == 8
   for bad, message in (({"augment_fraction": 0.0}, "augment_fraction"),
                        ({"augment_fraction": 1.5}, "augment_fraction"),
-                       ({"augment_phases": ("cluster2",)}, "augment_phases")):
+                       ({"augment_phases": ("stage2",)}, "augment_phases")):
     with pytest.raises(ValueError, match=message):
       configs.TINY.replace(**bad)
     with pytest.raises(ValueError, match=message):
       type(model).from_config({**model.get_config(), **bad})
+
+
+def test_stage2_with_copies_lowers_its_objective(make_blobs):
+  # In stage II the copies only take their image's assignment.
+  x, labels = make_blobs()
+  keras.utils.set_random_seed(0)
+  config = configs.TINY.replace(knn_k=3, num_clusters=3,
+                                augment=(10.0, 0.1, 0.1, 1.0),
+                                augment_phases=("cluster2",))
+  model = train.build_model(config, (28, 28, 1))
+  model.centroids.assign(tf.math.l2_normalize(
+      tf.random.stateless_normal([3, model.latent_dim], seed=[0, 0]), axis=1))
+  assignments = losses.assign_clusters(model.embed(x), model.centroids)
+  model.phase = "cluster2"
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  _, _, _, assigned = model._with_copies(  # pylint: disable=protected-access
+      tf.constant(x), None, None, assignments)
+  np.testing.assert_array_equal(assigned, tf.concat([assignments] * 2, 0))
+  ds = tf.data.Dataset.from_tensors((x, labels, assignments))
+  first = model.fit(ds, epochs=1, verbose=0).history["cluster2/loss"][0]
+  last = model.fit(ds, epochs=30, verbose=0).history["cluster2/loss"][-1]
+  assert last < first - 0.05, (first, last)
 
 
 def test_copies_with_knn_neutral_pairs(make_blobs):
