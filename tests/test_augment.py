@@ -137,12 +137,13 @@ def test_a_fraction_of_the_batch_gets_copies(make_blobs):
 
 def test_copies_only_in_the_chosen_phases(make_blobs):
   x, _ = make_blobs()
-  config = configs.TINY.replace(knn_k=3, augment=(10.0, 0.1, 0.1, 1.0))
+  config = configs.TINY.replace(knn_k=3, augment=(10.0, 0.1, 0.1, 1.0),
+                                augment_phases=("pretrain",))
   model = train.build_model(config, (28, 28, 1))
   model.compile(optimizer=keras.optimizers.Adam(1e-2))
   x = tf.constant(x[:8])
   anchors, ignore = model._anchors(x)  # pylint: disable=protected-access
-  model.phase = "cluster1"  # not in the default augment_phases
+  model.phase = "cluster1"  # not in augment_phases
   out = model._with_copies(x, anchors, ignore, tf.zeros([8], tf.int32))  # pylint: disable=protected-access
   assert out[0].shape[0] == 8 and out[3].shape[0] == 8
   for bad, message in (({"augment_fraction": 0.0}, "augment_fraction"),
