@@ -39,8 +39,9 @@ class DDLSC(keras.Model):
     alpha: anchor discount α of eq. 3, in [0, 1).
     lambda_r: weight λ of the reconstruction loss in eq. 6.
     augment: None, or the largest random (rotation in degrees, scale,
-      shear, translation in pixels) of a copy of each pre-training image,
-      each (image, copy) pair an anchor (ours; see `augment`).
+      shear, translation in pixels) of a copy of each image added to the
+      batches of `augment_phases`, each (image, copy) pair an anchor (ours;
+      see `augment`).
     augment_fraction: the fraction of a batch's images that get a copy, in
       (0, 1]; below 1 a random subset, drawn per step (ours: cheaper).
     augment_phases: the phases (of `PHASES`) whose steps add the copies.

@@ -34,7 +34,7 @@ flags.DEFINE_string(
 flags.DEFINE_bool(
     "write_reference", False,
     "Write this run's fixed-batch losses as the reference instead.")
-config_flags.define_overrides(configs)  # --max_examples, --augment, ...
+config_flags.define_overrides()  # --max_examples, --augment, ...
 flags.DEFINE_bool(
     "unfused_batch_norm", False,
     "Build the network with Keras' own BatchNormalization (the code before "

@@ -7,12 +7,14 @@ import typing
 
 from absl import flags
 
+from ddlsc_tf import configs
+
 FLAGS = flags.FLAGS
 
 
-def define_overrides(configs_module, skip=("dataset",)):
+def define_overrides(skip=("dataset",)):
   """Defines a flag (default None) for every Config field not in `skip`."""
-  for field in dataclasses.fields(configs_module.Config):
+  for field in dataclasses.fields(configs.Config):
     if field.name in skip:
       continue
     help_ = f"Override the preset's {field.name}."

@@ -29,7 +29,7 @@ flags.DEFINE_bool("overwrite", False,
                   "Delete an earlier run's outputs in --workdir first.")
 
 
-config_flags.define_overrides(configs)
+config_flags.define_overrides()
 
 
 def resolve_config():
