@@ -71,37 +71,24 @@ def test_parse_rejects_bad_values():
 
 
 @pytest.mark.parametrize("graph", [False, True])
-def test_copy_anchors(graph):
+@pytest.mark.parametrize("index", [None, [4, 0, 2]])
+def test_copy_anchors(graph, index):
   rng = np.random.default_rng(2)
-  b = 5
-  a = rng.uniform(size=(b, b)) < 0.3
-  a = (a | a.T) & ~np.eye(b, dtype=bool)
-  fn = tf.function(losses.with_copy_anchors) if graph else (
-      losses.with_copy_anchors)
-  stacked = fn(tf.constant(a)).numpy()
-  expected = np.zeros((2 * b, 2 * b), bool)
-  expected[:b, :b] = a
-  expected[np.arange(b), b + np.arange(b)] = True
-  expected[b + np.arange(b), np.arange(b)] = True
-  np.testing.assert_array_equal(stacked, expected)
-  assert (stacked == stacked.T).all() and not stacked.diagonal().any()
-
-
-@pytest.mark.parametrize("graph", [False, True])
-def test_copy_anchors_of_a_subset(graph):
-  rng = np.random.default_rng(3)
   b = 6
   a = rng.uniform(size=(b, b)) < 0.3
   a = (a | a.T) & ~np.eye(b, dtype=bool)
-  index = np.array([4, 0, 2])
   fn = tf.function(losses.with_copy_anchors) if graph else (
       losses.with_copy_anchors)
-  stacked = fn(tf.constant(a), tf.constant(index)).numpy()
-  expected = np.zeros((b + 3, b + 3), bool)
+  rows = np.arange(b) if index is None else np.array(index)
+  m = len(rows)
+  stacked = (fn(tf.constant(a)) if index is None
+             else fn(tf.constant(a), tf.constant(rows))).numpy()
+  expected = np.zeros((b + m, b + m), bool)
   expected[:b, :b] = a
-  expected[index, b + np.arange(3)] = True
-  expected[b + np.arange(3), index] = True
+  expected[rows, b + np.arange(m)] = True
+  expected[b + np.arange(m), rows] = True
   np.testing.assert_array_equal(stacked, expected)
+  assert (stacked == stacked.T).all() and not stacked.diagonal().any()
   # The full index in order is the default.
   np.testing.assert_array_equal(
       fn(tf.constant(a), tf.range(b)), fn(tf.constant(a)))
