@@ -55,12 +55,11 @@ class ReconOnlyDDLSC(model_lib.DDLSC):
   """The same network whose train step has only the reconstruction loss,
   run through the same Keras train function, trackers and optimizer type as
   the pre-training step: the two differ only by L_d and the kNN/anchors.
-  With `augment`, both run the network on the batch and its copies."""
+  Where pre-training adds copies, both run the network on the batch and
+  its copies (the model's own `_with_copies` decides)."""
 
   def _pretrain_step(self, data):
-    x = data[0]
-    if self.affine is not None:
-      x, _ = self._stack_copies(x)
+    x, _, _, _ = self._with_copies(data[0], None, None)
     with tf.GradientTape() as tape:
       _, x_hat = self(x, training=True)
       l_r = losses.reconstruction_loss(x=x, x_hat=x_hat)
