@@ -65,6 +65,15 @@ def compile_model(model, config):
                 jit_compile=False)
 
 
+def embed(model, images, config):
+  """The latent z of every image, [N, d] NumPy, with the batch-norm
+  statistics recalibrated first when the config asks for it."""
+  if config.recalibrate_batch_norm:
+    model.recalibrate_batch_norm(images, batch_size=config.batch_size,
+                                 seed=config.seed)
+  return model.embed(images)
+
+
 def evaluate(model, images, labels, config):
   """k-means on the normalised latent of every image → ACC/NMI/ARI.
 
@@ -72,7 +81,7 @@ def evaluate(model, images, labels, config):
   """
   if labels is None:
     return {}
-  z = model.embed(images)
+  z = embed(model, images, config)
   assignments, _ = metrics.kmeans_on_sphere(
       z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
       seed=config.seed)
@@ -162,7 +171,7 @@ def _phase_result(history, epochs, seconds):
 def init_centroids(model, images, config):
   """Algorithm 2's initialisation: spherical k-means on the whole dataset."""
   _, centroids = metrics.kmeans_on_sphere(
-      model.embed(images), num_clusters=config.num_clusters,
+      embed(model, images, config), num_clusters=config.num_clusters,
       n_init=config.kmeans_n_init, seed=config.seed)
   model.centroids.assign(centroids)
 
@@ -233,7 +242,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
       if phase == "cluster1":
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
-        z = model.embed(images)
+        z = embed(model, images, config)
         assignments = losses.assign_clusters(z, model.centroids).numpy()
         model.centroids.assign(losses.update_centroids(
             z, assignments, model.centroids))
@@ -607,6 +616,9 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     inside = state if state and state.get("phase") == phase else None
     result["phases"][phase] = _RUNNERS[phase](
         model, images, labels, config, run, resume_state=inside)
+    if config.recalibrate_batch_norm:  # the saved model's, whatever ran last
+      model.recalibrate_batch_norm(images, batch_size=config.batch_size,
+                                   seed=config.seed)
     last = result["phases"][phase]
     result["final"] = {k: last[k] for k in ("acc", "nmi", "ari")}
     done.append(phase)

@@ -106,3 +106,45 @@ def test_config_rejects_out_of_range_values():
     configs.MNIST.replace(anchor_fraction=0.0)
   with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
     configs.MNIST.replace(batch_size=0)
+
+
+def test_recalibrated_batch_norm_embeds_as_training_sees_the_batch(make_blobs):
+  x, labels = make_blobs()
+  model, _ = _model()
+  model.fit(x, labels, batch_size=len(x), epochs=2, verbose=0)
+  trained = model.encoder(x, training=True).numpy()  # batch statistics
+  lagging = model.embed(x)  # moving averages after 2 steps
+  x_hat = model.decoder(model.encoder(x, training=True),
+                        training=True).numpy()
+  weights = [v.numpy() for v in model.trainable_variables]
+  # One batch of all images: each moving mean / variance is that batch's.
+  model.recalibrate_batch_norm(x, batch_size=len(x), seed=0)
+  scale = np.abs(trained).mean()
+  assert np.abs(lagging - trained).mean() > 0.1 * scale
+  np.testing.assert_allclose(model.embed(x), trained, atol=1e-2 * scale)
+  for a, b in zip(weights, model.trainable_variables, strict=True):
+    np.testing.assert_array_equal(a, b.numpy())
+  np.testing.assert_allclose(model(x)[1], x_hat,
+                             atol=1e-2 * np.abs(x_hat).mean())
+
+
+def test_recalibration_averages_batches_and_is_seeded(make_blobs):
+  x, _ = make_blobs()  # 64 images: 3 batches of 20, 4 left out
+  model, _ = _model()
+  bn = model.encoder.get_layer("bn1")
+  conv = keras.Model(model.encoder.input,
+                     model.encoder.get_layer("conv1").output)
+  model.recalibrate_batch_norm(tf.constant(x), batch_size=20, seed=3)
+  order = np.random.default_rng(3).permutation(len(x))
+  h = [conv(x[np.sort(order[i:i + 20])]).numpy() for i in (0, 20, 40)]
+  np.testing.assert_allclose(
+      bn.moving_mean.numpy(), np.mean([b.mean((0, 1, 2)) for b in h], 0),
+      rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(
+      bn.moving_variance.numpy(), np.mean([b.var((0, 1, 2)) for b in h], 0),
+      rtol=1e-3, atol=1e-7)
+  first = model.embed(x)
+  model.recalibrate_batch_norm(x, batch_size=20, seed=3)
+  np.testing.assert_array_equal(model.embed(x), first)
+  with pytest.raises(ValueError, match="at least one image"):
+    model.recalibrate_batch_norm(x[:0], batch_size=20)
