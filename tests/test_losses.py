@@ -220,6 +220,44 @@ def test_discriminative_loss_ignore_leaves_pairs_out(rng, graph):
   assert not np.isclose(want, _discriminative_ref(z, a, 0.2))
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_discriminative_loss_gradient_matches_dense_masks(rng, graph):
+  # The loss sums |C| densely and the anchor / ignored pairs sparsely; its
+  # gradient must equal that of eq. 5 with dense masks, a zero row and an
+  # ignored diagonal entry included.
+  z = rng.normal(size=(16, 5)).astype(np.float32)
+  z[3] = 0.0
+  a = np.triu(rng.random((16, 16)) < 0.15, 1)
+  a = a | a.T
+  ignore = np.triu(rng.random((16, 16)) < 0.15, 1)
+  ignore = ignore | ignore.T
+  ignore[5, 5] = True
+
+  def dense(z):
+    c = losses.cosine_similarity_matrix(z)
+    anchors = tf.constant(a, tf.float32)
+    pushed = (1.0 - tf.eye(16)) * (1.0 - anchors) * (
+        1.0 - tf.constant(ignore, tf.float32))
+    na = tf.reduce_sum(anchors)
+    return (tf.reduce_sum(tf.abs(c) * pushed) / (256.0 - na)
+            - 0.9 * tf.reduce_sum(c * anchors) / na)
+
+  def gradient(fn, z):
+    z = tf.convert_to_tensor(z)
+    with tf.GradientTape() as tape:
+      tape.watch(z)
+      loss = fn(z)
+    return loss, tape.gradient(loss, z)
+
+  got = _run(lambda z: gradient(lambda v: losses.discriminative_loss(
+      z=v, anchors=tf.constant(a), alpha=0.1, ignore=tf.constant(ignore)),
+                                 z), graph, z=z)
+  want = gradient(dense, z)
+  np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-5)
+  np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), atol=1e-6)
+  assert np.abs(want[1].numpy()).max() > 1e-3
+
+
 def test_discriminative_loss_without_anchors_is_finite(rng):
   z = rng.normal(size=(8, 3)).astype(np.float32)
   got = losses.discriminative_loss(z=tf.constant(z),
