@@ -215,9 +215,10 @@ class DDLSC(keras.Model):
     averages (momentum 0.99, a time constant of 100 steps). Where a run has
     few steps (COIL-20: 2 per epoch) the averages lag far behind the
     weights, and `embed` gives a latent unlike the trained one. Here every
-    batch-norm input is measured in training mode, as a train step sees it,
-    over random batches of `batch_size` (the last partial one dropped, as in
-    training; all images if fewer), and each moving mean / variance becomes
+    batch-norm input is measured in training mode, as a train step sees it
+    (without the augmented copies a step may add), over random batches of
+    `batch_size` (the last partial one dropped, as in training; all images
+    if fewer), and each moving mean / variance becomes
     the mean of its batch means / (biased) batch variances. Deterministic
     for a seed; the trainable weights are unchanged.
     """
