@@ -65,12 +65,17 @@ def compile_model(model, config):
                 jit_compile=False)
 
 
-def embed(model, images, config):
-  """The latent z of every image, [N, d] NumPy, with the batch-norm
-  statistics recalibrated first when the config asks for it."""
+def recalibrate(model, images, config):
+  """Recalibrates the batch-norm statistics when the config asks for it."""
   if config.recalibrate_batch_norm:
     model.recalibrate_batch_norm(images, batch_size=config.batch_size,
                                  seed=config.seed)
+
+
+def embed(model, images, config):
+  """The latent z of every image, [N, d] NumPy, recalibrated first when
+  the config asks for it."""
+  recalibrate(model, images, config)
   return model.embed(images)
 
 
@@ -616,9 +621,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     inside = state if state and state.get("phase") == phase else None
     result["phases"][phase] = _RUNNERS[phase](
         model, images, labels, config, run, resume_state=inside)
-    if config.recalibrate_batch_norm:  # the saved model's, whatever ran last
-      model.recalibrate_batch_norm(images, batch_size=config.batch_size,
-                                   seed=config.seed)
+    recalibrate(model, images, config)  # the saved model's, whatever ran last
     last = result["phases"][phase]
     result["final"] = {k: last[k] for k in ("acc", "nmi", "ari")}
     done.append(phase)

@@ -51,6 +51,25 @@ def test_fit_predict_gives_one_label_per_row(fitted, blob_images):
     assert 0.0 <= estimator.result_["phases"][phase]["acc"] <= 1.0
 
 
+def test_fitted_model_has_recalibrated_batch_norm(fitted, blob_images):
+  # for_images turns recalibration on: the fitted model's moving statistics
+  # are the data's (recalibrating again, same seed, changes nothing), not
+  # the moving averages of a few training steps.
+  estimator, _, _ = fitted
+  model = estimator.model_
+  x = blob_images[0].astype(np.float32) / 255.0
+  assert estimator.config_.recalibrate_batch_norm
+  stats = [v.numpy() for v in model.non_trainable_variables
+           if "moving" in v.path]
+  assert stats
+  model.recalibrate_batch_norm(x, batch_size=estimator.config_.batch_size,
+                               seed=estimator.config_.seed)
+  again = [v.numpy() for v in model.non_trainable_variables
+           if "moving" in v.path]
+  for a, b in zip(stats, again, strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_params_round_trip():
   estimator = DDLSC(n_clusters=5, batch_size=32)
   params = estimator.get_params()
