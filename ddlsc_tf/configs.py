@@ -59,7 +59,7 @@ class Config:
   # batch-norm moving statistics to their values over the data
   # (model.recalibrate_batch_norm). The moving averages have a time
   # constant of 100 steps; COIL-20's 100 pre-training steps left them far
-  # from the batch statistics training uses (RESULTS.md, "Session 7").
+  # from the batch statistics training uses (RESULTS.md, COIL, "Session 7").
   # Off by default, as runs saved before the field behaved.
   recalibrate_batch_norm: bool = False
   # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
@@ -214,7 +214,7 @@ MNIST = Config(
     # moving averages, which follow the weights closely. Recalibrating a
     # session-6 seed-0 pre-trained model changed its k-means ACC from
     # 0.7999 to 0.7995 and would cost about 1.7 s per embedding (about 25
-    # per run; RESULTS.md, "Session 7").
+    # per run; RESULTS.md, MNIST, "Session 7").
     recalibrate_batch_norm=False,
 )
 

@@ -305,8 +305,8 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None):
   # The same sums, with one dense pass over C forward and one backward:
   #   Σ_{∉A, i≠j} |C_ij| = Σ_all |C| − Σ_i |C_ii| − Σ_A |C| (− Σ_ignored |C|)
   # and the anchor (and ignored) pairs, ~k|B| of |B|², as gathered dot
-  # products. Masking C densely cost ~35% more time (RESULTS.md,
-  # "Session 7").
+  # products. Masking C densely took ~35% more time for L_d (RESULTS.md,
+  # "Speed (issue 4): L_d without dense masks").
   z = normalize_rows(z)
   batch = tf.cast(tf.shape(z)[0], z.dtype)
   total = tf.reduce_sum(tf.abs(tf.matmul(z, z, transpose_b=True)))
