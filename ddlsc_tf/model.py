@@ -218,9 +218,9 @@ class DDLSC(keras.Model):
     batch-norm input is measured in training mode, as a train step sees it
     (without the augmented copies a step may add), over random batches of
     `batch_size` (the last partial one dropped, as in training; all images
-    if fewer), and each moving mean / variance becomes
-    the mean of its batch means / (biased) batch variances. Deterministic
-    for a seed; the trainable weights are unchanged.
+    if fewer), and each moving mean / variance becomes the mean of its
+    batch means / (biased) batch variances. Deterministic for a seed; the
+    trainable weights are unchanged.
     """
     n = len(images)
     if n == 0:
@@ -231,18 +231,16 @@ class DDLSC(keras.Model):
     layers = _batch_norms(self.encoder) + _batch_norms(self.decoder)
     size = min(int(batch_size), n)
     order = np.random.default_rng(seed).permutation(n)
-    sums, count = None, 0
+    per_batch = []  # per batch, per layer: (mean, variance)
     for start in range(0, n - size + 1, size):
       index = np.sort(order[start:start + size])
       batch = (images[index] if isinstance(images, np.ndarray)
                else tf.gather(images, index))
-      stats = [(m.numpy(), v.numpy()) for m, v in moments(batch)]
-      sums = stats if sums is None else [
-          (sm + m, sv + v) for (sm, sv), (m, v) in zip(sums, stats)]
-      count += 1
-    for layer, (mean, variance) in zip(layers, sums):
-      layer.moving_mean.assign(mean / count)
-      layer.moving_variance.assign(variance / count)
+      per_batch.append([(m.numpy(), v.numpy()) for m, v in moments(batch)])
+    for layer, stats in zip(layers, zip(*per_batch)):
+      means, variances = zip(*stats)
+      layer.moving_mean.assign(np.mean(means, axis=0))
+      layer.moving_variance.assign(np.mean(variances, axis=0))
 
   def train_step(self, data):
     step = getattr(self, f"_{self.phase}_step")
