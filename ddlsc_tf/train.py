@@ -174,11 +174,20 @@ def _phase_result(history, epochs, seconds):
 
 
 def init_centroids(model, images, config):
-  """Algorithm 2's initialisation: spherical k-means on the whole dataset."""
-  _, centroids = metrics.kmeans_on_sphere(
-      embed(model, images, config), num_clusters=config.num_clusters,
-      n_init=config.kmeans_n_init, seed=config.seed)
+  """Algorithm 2's initialisation from a partition of the whole latent:
+  spherical k-means (the paper) or spectral clustering (`cluster_init`).
+  Sets the model's centroids and returns the partition, [N] int."""
+  z = embed(model, images, config)
+  if config.cluster_init == "spectral":
+    assignments, centroids = metrics.spectral_on_sphere(
+        z, num_clusters=config.num_clusters,
+        n_neighbors=config.spectral_neighbors, seed=config.seed)
+  else:
+    assignments, centroids = metrics.kmeans_on_sphere(
+        z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
+        seed=config.seed)
   model.centroids.assign(centroids)
+  return assignments
 
 
 def _centroids_initialised(model):
@@ -211,8 +220,9 @@ def _cluster_stage(model, images, labels, config, run, phase,
   Each outer iteration: assignments S and centroids μ from the whole
   dataset, L_c and the scores, then `epochs_per_iteration` epochs (at least
   `min_steps_per_iteration` steps) on θ with
-  S fixed. A checkpoint after every epoch holds S, so a resumed iteration
-  trains on the assignments it started with.
+  S fixed (with `cluster_init="spectral"`, the first iteration's S is the
+  spectral partition). A checkpoint after every epoch holds S, so a resumed
+  iteration trains on the assignments it started with.
   """
   iterations = (config.cluster1_iterations if phase == "cluster1"
                 else config.cluster2_iterations)
@@ -221,8 +231,13 @@ def _cluster_stage(model, images, labels, config, run, phase,
   epochs_per_iteration = max(config.epochs_per_iteration, -(
       -config.min_steps_per_iteration // steps_per_epoch))
   assignments = _start_phase(model, phase, config, run, resume_state)
+  # A spectral start trains its first iteration on the spectral partition:
+  # the nearest-centroid step would cut its elongated clusters at once.
+  start_partition = None
   if resume_state is None and not _centroids_initialised(model):
-    init_centroids(model, images, config)
+    start_partition = init_centroids(model, images, config)
+    if config.cluster_init != "spectral":
+      start_partition = None
   tensorboard = keras.callbacks.TensorBoard(
       log_dir=os.path.join(run.workdir, "tb", phase), write_graph=False)
   writer = tf.summary.create_file_writer(
@@ -248,7 +263,10 @@ def _cluster_stage(model, images, labels, config, run, phase,
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
         z = embed(model, images, config)
-        assignments = losses.assign_clusters(z, model.centroids).numpy()
+        if start_partition is None:
+          assignments = losses.assign_clusters(z, model.centroids).numpy()
+        else:
+          assignments, start_partition = start_partition, None
         model.centroids.assign(losses.update_centroids(
             z, assignments, model.centroids))
         l_c = float(losses.clustering_objective(
@@ -413,6 +431,11 @@ def check_config_for_data(config, num_examples):
     raise ValueError(
         f"num_clusters {config.num_clusters} is more than the "
         f"{num_examples} images to cluster.")
+  if config.cluster_init == "spectral" and (
+      config.spectral_neighbors >= num_examples):
+    raise ValueError(
+        f"spectral_neighbors {config.spectral_neighbors} must be smaller "
+        f"than the {num_examples} images to cluster.")
 
 
 # What a run writes in its workdir; --overwrite removes exactly these.
