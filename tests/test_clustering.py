@@ -188,3 +188,46 @@ def test_grouped_batches_in_the_anchor_phases_only(make_blobs, tmp_path,
   model, _ = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
   # pretrain (no assignments) then stage I, then stage II, each once.
   assert seen == [(False, 2), (True, 2), (True, 0)]
+
+
+def test_spectral_start_trains_first_on_the_spectral_partition(
+    make_blobs, tmp_path, monkeypatch):
+  # The nearest-centroid step would redraw the partition; a spectral start
+  # trains its first iteration on the spectral one itself, then reassigns.
+  partitions, trained_on = [], []
+  spectral, plain = train.metrics.spectral_on_sphere, train.data.train_dataset
+
+  def spy_spectral(*args, **kwargs):
+    partitions.append(spectral(*args, **kwargs))
+    return partitions[-1]
+
+  def spy_batches(*args, **kwargs):
+    trained_on.append(kwargs.get("assignments"))
+    return plain(*args, **kwargs)
+
+  monkeypatch.setattr(train.metrics, "spectral_on_sphere", spy_spectral)
+  monkeypatch.setattr(train.data, "train_dataset", spy_batches)
+  x, labels = make_blobs(n=60)
+  config = configs.TINY.replace(
+      num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
+      pretrain_epochs=1, cluster1_iterations=2, phases=("pretrain",
+                                                        "cluster1"),
+      tsne_points=0, max_examples=None, cluster_init="spectral",
+      spectral_neighbors=5)
+  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  assert len(partitions) == 1
+  start = partitions[0][0]
+  np.testing.assert_array_equal(trained_on[1], start)  # [0]: pre-training
+  assert result["phases"]["cluster1"]["history"][0]["acc"] == pytest.approx(
+      train.metrics.cluster_accuracy(labels, start))
+  assert len(trained_on) == 3  # the second iteration reassigned and trained
+
+
+def test_spectral_neighbours_must_fit_the_data():
+  config = configs.TINY.replace(cluster_init="spectral",
+                                spectral_neighbors=300)
+  with pytest.raises(ValueError, match="spectral_neighbors 300"):
+    train.check_config_for_data(config, 300)
+  train.check_config_for_data(config, 301)
+  with pytest.raises(ValueError, match="cluster_init"):
+    configs.TINY.replace(cluster_init="dbscan")

@@ -46,3 +46,34 @@ def test_kmeans_on_sphere_separates_directions():
                                                seed=0)
   assert metrics.cluster_accuracy(np.repeat(np.arange(3), 30), labels) == 1.0
   np.testing.assert_allclose(np.linalg.norm(centroids, axis=1), 1, rtol=1e-5)
+
+
+def _two_arcs(n=60, latitude=0.35, span=2.6):
+  """Two parallel arcs on the unit sphere (latitudes ±`latitude` rad, each
+  `span` rad long): long, close, connected clusters, as COIL's pose circles."""
+  t = np.linspace(0, span, n)
+  arcs = [np.stack([np.cos(t) * np.cos(a), np.sin(t) * np.cos(a),
+                    np.full(n, np.sin(a))], 1) for a in (latitude, -latitude)]
+  return np.concatenate(arcs), np.repeat([0, 1], n)
+
+
+def test_spectral_on_sphere_keeps_arcs_that_kmeans_cuts():
+  z, truth = _two_arcs()
+  kmeans, _ = metrics.kmeans_on_sphere(z, num_clusters=2, n_init=10, seed=0)
+  assert metrics.cluster_accuracy(truth, kmeans) < 0.9  # cut across the arcs
+  labels, centroids = metrics.spectral_on_sphere(
+      3.0 * z, num_clusters=2, n_neighbors=5, seed=0)
+  assert metrics.cluster_accuracy(truth, labels) == 1.0
+  for k in range(2):
+    mean = z[labels == k].sum(0)
+    np.testing.assert_allclose(centroids[k], mean / np.linalg.norm(mean),
+                               rtol=1e-5)
+  again, _ = metrics.spectral_on_sphere(z, num_clusters=2, n_neighbors=5,
+                                        seed=0)
+  np.testing.assert_array_equal(labels, again)
+
+
+def test_spectral_on_sphere_rejects_too_many_neighbours():
+  z, _ = _two_arcs(n=5)
+  with pytest.raises(ValueError, match=r"n_neighbors must be in \[1, 10\)"):
+    metrics.spectral_on_sphere(z, num_clusters=2, n_neighbors=10, seed=0)

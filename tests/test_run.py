@@ -167,7 +167,8 @@ def test_coil20_preset_runs_on_the_dummy_zip(tmp_path, coil_dummy):
          f"--workdir={tmp_path / 'run'}", f"--data_dir={tmp_path / 'tfds'}",
          f"--manual_dir={manual_dir}", "--phases=pretrain",
          "--pretrain_epochs=1", "--batch_size=8", "--knn_k=3",
-         "--num_clusters=4", "--kmeans_n_init=1", "--pools=true,True,false"]
+         "--num_clusters=4", "--kmeans_n_init=1", "--spectral_neighbors=3",
+         "--pools=true,True,false"]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
                         timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
