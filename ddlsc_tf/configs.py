@@ -78,8 +78,8 @@ class Config:
   # (the paper: spherical k-means of the whole latent, then S by nearest
   # centroid) or "spectral" (ours: spectral clustering of the latent's
   # `spectral_neighbors`-NN graph gives S, the centroids are its clusters'
-  # normalised means, and the first outer iteration trains θ on that S
-  # before any nearest-centroid step; metrics.spectral_on_sphere).
+  # normalised means, and stage I trains θ on that S in every iteration;
+  # stage II alternates as the paper; metrics.spectral_on_sphere).
   cluster_init: str = "kmeans"
   spectral_neighbors: int = 10
   lambda_d_start: float = 1.0   # lambda_d = 1 for MNIST (section 4.2)

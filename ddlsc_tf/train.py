@@ -220,9 +220,11 @@ def _cluster_stage(model, images, labels, config, run, phase,
   Each outer iteration: assignments S and centroids μ from the whole
   dataset, L_c and the scores, then `epochs_per_iteration` epochs (at least
   `min_steps_per_iteration` steps) on θ with
-  S fixed (with `cluster_init="spectral"`, the first iteration's S is the
-  spectral partition). A checkpoint after every epoch holds S, so a resumed
-  iteration trains on the assignments it started with.
+  S fixed. With `cluster_init="spectral"`, stage I's S is the spectral
+  partition in every iteration (its phase scores are then the model's
+  nearest-centroid clustering, the history's the held partition's). A
+  checkpoint after every epoch holds S, so a resumed iteration trains on
+  the assignments it started with.
   """
   iterations = (config.cluster1_iterations if phase == "cluster1"
                 else config.cluster2_iterations)
@@ -231,13 +233,18 @@ def _cluster_stage(model, images, labels, config, run, phase,
   epochs_per_iteration = max(config.epochs_per_iteration, -(
       -config.min_steps_per_iteration // steps_per_epoch))
   assignments = _start_phase(model, phase, config, run, resume_state)
-  # A spectral start trains its first iteration on the spectral partition:
-  # the nearest-centroid step would cut its elongated clusters at once.
+  # A spectral start: stage I trains on the spectral partition of the latent
+  # it starts from, held for all its iterations, since nearest-centroid
+  # steps on a latent that is not yet compact cut its elongated clusters;
+  # a stage II started without centroids trains its first iteration on it.
+  hold = phase == "cluster1" and config.cluster_init == "spectral"
   start_partition = None
-  if resume_state is None and not _centroids_initialised(model):
+  if resume_state is None and (hold or not _centroids_initialised(model)):
     start_partition = init_centroids(model, images, config)
     if config.cluster_init != "spectral":
       start_partition = None
+  elif hold:
+    start_partition = assignments  # the checkpoint's S is the held one
   tensorboard = keras.callbacks.TensorBoard(
       log_dir=os.path.join(run.workdir, "tb", phase), write_graph=False)
   writer = tf.summary.create_file_writer(
@@ -266,7 +273,8 @@ def _cluster_stage(model, images, labels, config, run, phase,
         if start_partition is None:
           assignments = losses.assign_clusters(z, model.centroids).numpy()
         else:
-          assignments, start_partition = start_partition, None
+          assignments = start_partition
+          start_partition = start_partition if hold else None
         model.centroids.assign(losses.update_centroids(
             z, assignments, model.centroids))
         l_c = float(losses.clustering_objective(
@@ -302,7 +310,18 @@ def _cluster_stage(model, images, labels, config, run, phase,
       iteration += 1
   finally:
     writer.close()
-  return _phase_result(history, epoch, time.time() - start)
+  result = _phase_result(history, epoch, time.time() - start)
+  if hold and labels is not None:
+    # The history scores the held partition; the phase's scores are what
+    # the model now predicts (nearest centroid), as for every other phase.
+    predicted = losses.assign_clusters(embed(model, images, config),
+                                       model.centroids).numpy()
+    result["held_partition"] = {k: result[k] for k in ("acc", "nmi", "ari")}
+    result.update(metrics.clustering_scores(labels, predicted))
+    logging.info("%s: the held partition scored %s; nearest centroid %s",
+                 phase, result["held_partition"],
+                 {k: round(result[k], 4) for k in ("acc", "nmi", "ari")})
+  return result
 
 
 def _pretrain(model, images, labels, config, run, resume_state=None):

@@ -190,10 +190,10 @@ def test_grouped_batches_in_the_anchor_phases_only(make_blobs, tmp_path,
   assert seen == [(False, 2), (True, 2), (True, 0)]
 
 
-def test_spectral_start_trains_first_on_the_spectral_partition(
+def test_spectral_start_holds_the_partition_through_stage_one(
     make_blobs, tmp_path, monkeypatch):
-  # The nearest-centroid step would redraw the partition; a spectral start
-  # trains its first iteration on the spectral one itself, then reassigns.
+  # Stage I trains on the spectral partition in every iteration; its phase
+  # scores are the model's own nearest-centroid clustering.
   partitions, trained_on = [], []
   spectral, plain = train.metrics.spectral_on_sphere, train.data.train_dataset
 
@@ -213,14 +213,23 @@ def test_spectral_start_trains_first_on_the_spectral_partition(
       pretrain_epochs=1, cluster1_iterations=2, phases=("pretrain",
                                                         "cluster1"),
       tsne_points=0, max_examples=None, cluster_init="spectral",
-      spectral_neighbors=5)
-  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+      spectral_neighbors=5, cluster_tolerance=0.0)
+  model, result = train.run_phases(config, x, labels, str(tmp_path),
+                                   verbose=0)
   assert len(partitions) == 1
   start = partitions[0][0]
-  np.testing.assert_array_equal(trained_on[1], start)  # [0]: pre-training
-  assert result["phases"]["cluster1"]["history"][0]["acc"] == pytest.approx(
-      train.metrics.cluster_accuracy(labels, start))
-  assert len(trained_on) == 3  # the second iteration reassigned and trained
+  assert len(trained_on) == 3  # pre-training, then two stage-I iterations
+  for held in trained_on[1:]:
+    np.testing.assert_array_equal(held, start)
+  stage = result["phases"]["cluster1"]
+  spectral_acc = train.metrics.cluster_accuracy(labels, start)
+  assert all(h["acc"] == pytest.approx(spectral_acc)
+             for h in stage["history"])
+  assert stage["held_partition"]["acc"] == pytest.approx(spectral_acc)
+  predicted = losses.assign_clusters(model.embed(x), model.centroids).numpy()
+  assert stage["acc"] == pytest.approx(
+      train.metrics.cluster_accuracy(labels, predicted))
+  assert result["final"]["acc"] == stage["acc"]
 
 
 def test_spectral_neighbours_must_fit_the_data():
@@ -231,3 +240,40 @@ def test_spectral_neighbours_must_fit_the_data():
   train.check_config_for_data(config, 301)
   with pytest.raises(ValueError, match="cluster_init"):
     configs.TINY.replace(cluster_init="dbscan")
+
+
+def test_resumed_spectral_stage_one_keeps_the_held_partition(tmp_path,
+                                                             monkeypatch):
+  # Killed after stage I's first epoch, the resumed run trains the rest of
+  # stage I on the same held partition and ends with the same scores.
+  # Noise images: their spectral and nearest-centroid partitions differ.
+  rng = np.random.default_rng(0)
+  x = rng.uniform(size=(60, 28, 28, 1)).astype(np.float32)
+  labels = rng.integers(0, 4, 60)
+  config = configs.TINY.replace(
+      num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
+      pretrain_epochs=1, cluster1_iterations=2, phases=("pretrain",
+                                                        "cluster1"),
+      tsne_points=0, max_examples=None, cluster_init="spectral",
+      spectral_neighbors=5, cluster_tolerance=0.0)
+  _, whole = train.run_phases(config, x, labels, str(tmp_path / "whole"),
+                              verbose=0)
+  save = train._Run.save  # pylint: disable=protected-access
+
+  def save_then_die(run, state, assignments=None):
+    save(run, state, assignments=assignments)
+    if state.get("phase") == "cluster1" and state.get("epoch") == 1:
+      raise KeyboardInterrupt("killed")
+
+  monkeypatch.setattr(train._Run, "save", save_then_die)  # pylint: disable=protected-access
+  workdir = tmp_path / "killed"
+  with pytest.raises(KeyboardInterrupt):
+    train.run_phases(config, x, labels, str(workdir), verbose=0)
+  monkeypatch.setattr(train._Run, "save", save)  # pylint: disable=protected-access
+  _, resumed = train.run_phases(config, x, labels, str(workdir), verbose=0,
+                                resume=True)
+  for key in ("acc", "nmi", "ari"):
+    assert resumed["phases"]["cluster1"][key] == pytest.approx(
+        whole["phases"]["cluster1"][key])
+  assert (resumed["phases"]["cluster1"]["held_partition"]
+          == pytest.approx(whole["phases"]["cluster1"]["held_partition"]))
