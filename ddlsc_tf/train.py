@@ -240,9 +240,9 @@ def _cluster_stage(model, images, labels, config, run, phase,
   hold = phase == "cluster1" and config.cluster_init == "spectral"
   start_partition = None
   if resume_state is None and (hold or not _centroids_initialised(model)):
-    start_partition = init_centroids(model, images, config)
-    if config.cluster_init != "spectral":
-      start_partition = None
+    partition = init_centroids(model, images, config)
+    if config.cluster_init == "spectral":
+      start_partition = partition
   elif hold:
     start_partition = assignments  # the checkpoint's S is the held one
   tensorboard = keras.callbacks.TensorBoard(
