@@ -190,6 +190,15 @@ def test_grouped_batches_in_the_anchor_phases_only(make_blobs, tmp_path,
   assert seen == [(False, 2), (True, 2), (True, 0)]
 
 
+# Pre-training (1 epoch) and two stage-I iterations on 60 images, spectral
+# start.
+_SPECTRAL_STAGE_ONE = configs.TINY.replace(
+    num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
+    pretrain_epochs=1, cluster1_iterations=2, phases=("pretrain", "cluster1"),
+    tsne_points=0, max_examples=None, cluster_init="spectral",
+    spectral_neighbors=5, cluster_tolerance=0.0)
+
+
 def test_spectral_start_holds_the_partition_through_stage_one(
     make_blobs, tmp_path, monkeypatch):
   # Stage I trains on the spectral partition in every iteration; its phase
@@ -208,12 +217,7 @@ def test_spectral_start_holds_the_partition_through_stage_one(
   monkeypatch.setattr(train.metrics, "spectral_on_sphere", spy_spectral)
   monkeypatch.setattr(train.data, "train_dataset", spy_batches)
   x, labels = make_blobs(n=60)
-  config = configs.TINY.replace(
-      num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
-      pretrain_epochs=1, cluster1_iterations=2, phases=("pretrain",
-                                                        "cluster1"),
-      tsne_points=0, max_examples=None, cluster_init="spectral",
-      spectral_neighbors=5, cluster_tolerance=0.0)
+  config = _SPECTRAL_STAGE_ONE
   model, result = train.run_phases(config, x, labels, str(tmp_path),
                                    verbose=0)
   assert len(partitions) == 1
@@ -250,12 +254,7 @@ def test_resumed_spectral_stage_one_keeps_the_held_partition(tmp_path,
   rng = np.random.default_rng(0)
   x = rng.uniform(size=(60, 28, 28, 1)).astype(np.float32)
   labels = rng.integers(0, 4, 60)
-  config = configs.TINY.replace(
-      num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
-      pretrain_epochs=1, cluster1_iterations=2, phases=("pretrain",
-                                                        "cluster1"),
-      tsne_points=0, max_examples=None, cluster_init="spectral",
-      spectral_neighbors=5, cluster_tolerance=0.0)
+  config = _SPECTRAL_STAGE_ONE
   _, whole = train.run_phases(config, x, labels, str(tmp_path / "whole"),
                               verbose=0)
   save = train._Run.save  # pylint: disable=protected-access
