@@ -674,8 +674,9 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     run.save({"phase": None})
 
   if not _centroids_initialised(model):
-    # Pre-training only: the exported model's clusters are the k-means
-    # ones its evaluation scored (same seed).
+    # Pre-training only: the exported model's centroids come from the
+    # config's start (k-means: the ones its evaluation scored, same seed;
+    # spectral: the spectral clusters' means).
     init_centroids(model, images, config)
   checkpoints.save_model_atomic(model, os.path.join(workdir, "model.keras"))
   checkpoints.export_atomic(model, os.path.join(workdir, "export"))
