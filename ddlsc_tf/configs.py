@@ -82,6 +82,13 @@ class Config:
   # stage II alternates as the paper; metrics.spectral_on_sphere).
   cluster_init: str = "kmeans"
   spectral_neighbors: int = 10
+  # Ours: after every assignment step of both stages (and on the starting
+  # partition), `vote_rounds` rounds of a majority vote over each image's
+  # knn_k nearest images in the whole dataset (raw pixels, the similarity
+  # of the anchors' kNN graph; metrics.knn_vote), so θ trains on S smoothed
+  # along the raw-data neighbourhoods the paper already trusts as anchors.
+  # 0: S by nearest centroid alone, as the paper.
+  vote_rounds: int = 0
   lambda_d_start: float = 1.0   # lambda_d = 1 for MNIST (section 4.2)
   lambda_d_end: float = 1.0     # linear schedule over stage I's iterations
   lambda_w: float = 0.3         # lambda_w = 0.3 for MNIST (section 4.2)
@@ -125,6 +132,7 @@ class Config:
     if not 0.0 <= self.alpha < 1.0:
       raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
     non_negative = ("cluster1_iterations", "cluster2_iterations", "seed",
+                    "vote_rounds",
                     "cluster_tolerance", "pretrain_tolerance", "lambda_r",
                     "lambda_w", "lambda_b", "lambda_d_start", "lambda_d_end")
     for name in non_negative:

@@ -118,3 +118,39 @@ def spectral_on_sphere(z, *, num_clusters, n_neighbors, seed):
                          == 0)
   sums[empty] = z[np.random.default_rng(seed).choice(len(z), len(empty))]
   return assignments, _unit_rows(sums).astype(np.float32)
+
+
+def knn_vote(assignments, neighbours, *, num_clusters, rounds):
+  """Smooths a partition on a kNN graph: `rounds` times, every point takes
+  the cluster most of its neighbours are in.
+
+  A point's own cluster counts as half a vote, so a tie keeps it. All
+  points vote at once from the previous round's partition (Jacobi
+  iteration), so the result does not depend on the points' order.
+
+  Args:
+    assignments: [N] int cluster ids in [0, num_clusters).
+    neighbours: [N, k] int, row i holds i's neighbours (never i itself),
+      e.g. `data.neighbour_table` of the raw images.
+    num_clusters: K.
+    rounds: int >= 0; 0 returns the partition unchanged.
+
+  Returns:
+    [N] int32 cluster ids.
+  """
+  current = np.asarray(assignments).astype(np.int32)
+  neighbours = np.asarray(neighbours)
+  if neighbours.ndim != 2 or len(neighbours) != len(current):
+    raise ValueError(
+        f"neighbours must be [N={len(current)}, k], got shape "
+        f"{neighbours.shape}.")
+  if rounds < 0:
+    raise ValueError(f"rounds must be >= 0, got {rounds}.")
+  n = len(current)
+  rows = np.arange(n)[:, None] * num_clusters
+  for _ in range(rounds):
+    votes = np.bincount((rows + current[neighbours]).ravel(),
+                        minlength=n * num_clusters).reshape(n, num_clusters)
+    votes = votes + 0.5 * (np.arange(num_clusters) == current[:, None])
+    current = np.argmax(votes, axis=1).astype(np.int32)
+  return current

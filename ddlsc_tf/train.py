@@ -242,7 +242,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
   if resume_state is None and (hold or not _centroids_initialised(model)):
     partition = init_centroids(model, images, config)
     if config.cluster_init == "spectral":
-      start_partition = partition
+      start_partition = run.vote(partition, images, config)
   elif hold:
     start_partition = assignments  # the checkpoint's S is the held one
   tensorboard = keras.callbacks.TensorBoard(
@@ -271,7 +271,9 @@ def _cluster_stage(model, images, labels, config, run, phase,
       if not pending:
         z = embed(model, images, config)
         if start_partition is None:
-          assignments = losses.assign_clusters(z, model.centroids).numpy()
+          assignments = run.vote(
+              losses.assign_clusters(z, model.centroids).numpy(), images,
+              config)
         else:
           assignments = start_partition
           start_partition = start_partition if hold else None
@@ -311,15 +313,17 @@ def _cluster_stage(model, images, labels, config, run, phase,
   finally:
     writer.close()
   result = _phase_result(history, epoch, time.time() - start)
-  if hold and labels is not None:
-    # The history scores the held partition; the phase's scores are what
-    # the model now predicts (nearest centroid), as for every other phase.
+  if (hold or config.vote_rounds) and labels is not None:
+    # The history scores the partition θ trained on (held, or voted); the
+    # phase's scores are what the model now predicts (nearest centroid),
+    # as for every other phase.
+    key = "held_partition" if hold else "voted_partition"
     predicted = losses.assign_clusters(embed(model, images, config),
                                        model.centroids).numpy()
-    result["held_partition"] = {k: result[k] for k in ("acc", "nmi", "ari")}
+    result[key] = {k: result[k] for k in ("acc", "nmi", "ari")}
     result.update(metrics.clustering_scores(labels, predicted))
-    logging.info("%s: the held partition scored %s; nearest centroid %s",
-                 phase, result["held_partition"],
+    logging.info("%s: the %s scored %s; nearest centroid %s", phase,
+                 key.replace("_", " "), result[key],
                  {k: round(result[k], 4) for k in ("acc", "nmi", "ari")})
   return result
 
@@ -521,22 +525,35 @@ class _Run:
     self.result, self.done = result, done
     self._neighbours = None
 
-  def batches(self, images, labels, config, grouped=True, **kwargs):
-    """`data.train_dataset` with the config's batch size; with `grouped`
-    and `config.batch_neighbours`, neighbour-grouped batches over a table
-    computed once per run (and again on resume: on the same machine the
-    same table, so the same batches)."""
-    per_seed = config.batch_neighbours if grouped else 0
-    if per_seed and self._neighbours is None:
+  def neighbours(self, images, config):
+    """Each image's knn_k nearest images in the dataset (the anchors'
+    similarity), computed once per run (and again on resume: on the same
+    machine the same table)."""
+    if self._neighbours is None:
       start = time.time()
       self._neighbours = data.neighbour_table(
           images, k=config.knn_k, features=config.knn_features)
       logging.info("neighbour table (k=%d) of %d images: %.0f s",
                    config.knn_k, len(images), time.time() - start)
+    return self._neighbours
+
+  def batches(self, images, labels, config, grouped=True, **kwargs):
+    """`data.train_dataset` with the config's batch size; with `grouped`
+    and `config.batch_neighbours`, neighbour-grouped batches over the
+    run's neighbour table (so the same batches on resume)."""
+    per_seed = config.batch_neighbours if grouped else 0
     return data.train_dataset(
         images, labels, batch_size=config.batch_size,
-        neighbours=self._neighbours if per_seed else None,
+        neighbours=self.neighbours(images, config) if per_seed else None,
         neighbours_per_seed=per_seed, **kwargs)
+
+  def vote(self, assignments, images, config):
+    """S smoothed by `config.vote_rounds` kNN votes (none: S itself)."""
+    if not config.vote_rounds:
+      return assignments
+    return metrics.knn_vote(assignments, self.neighbours(images, config),
+                            num_clusters=config.num_clusters,
+                            rounds=config.vote_rounds)
 
   def save(self, phase_state, assignments=None):
     self.checkpointer.save(
