@@ -276,3 +276,56 @@ def test_resumed_spectral_stage_one_keeps_the_held_partition(tmp_path,
         whole["phases"]["cluster1"][key])
   assert (resumed["phases"]["cluster1"]["held_partition"]
           == pytest.approx(whole["phases"]["cluster1"]["held_partition"]))
+
+
+def test_stages_train_on_the_voted_partition(tmp_path, monkeypatch):
+  # With vote_rounds, every assignment step's S is smoothed by the kNN vote
+  # over the run's raw-image neighbour table before θ trains on it; the
+  # history scores that S, the phase the model's nearest-centroid
+  # clustering. Noise images, so the vote changes S.
+  votes, trained_on = [], []
+  vote, plain = train.metrics.knn_vote, train.data.train_dataset
+
+  def spy_vote(assignments, neighbours, **kwargs):
+    votes.append((np.array(assignments), neighbours,
+                   vote(assignments, neighbours, **kwargs)))
+    return votes[-1][2]
+
+  def spy_batches(*args, **kwargs):
+    trained_on.append(kwargs.get("assignments"))
+    return plain(*args, **kwargs)
+
+  monkeypatch.setattr(train.metrics, "knn_vote", spy_vote)
+  monkeypatch.setattr(train.data, "train_dataset", spy_batches)
+  rng = np.random.default_rng(0)
+  x = rng.uniform(size=(60, 28, 28, 1)).astype(np.float32)
+  labels = rng.integers(0, 4, 60)
+  config = configs.TINY.replace(
+      num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
+      pretrain_epochs=1, cluster1_iterations=1, cluster2_iterations=1,
+      tsne_points=0, max_examples=None, cluster_tolerance=0.0,
+      vote_rounds=2)
+  model, result = train.run_phases(config, x, labels, str(tmp_path),
+                                   verbose=0)
+  # Stage I: S before training and after its iteration; stage II: the same.
+  assert len(votes) == 4
+  np.testing.assert_array_equal(votes[0][1],
+                                train.data.neighbour_table(x, k=4))
+  assert any((before != after).any() for before, _, after in votes)
+  # θ trained on the voted S in both stages (index 0 is pre-training).
+  np.testing.assert_array_equal(trained_on[1], votes[0][2])
+  np.testing.assert_array_equal(trained_on[2], votes[2][2])
+  for phase, (first, last) in (("cluster1", (0, 1)), ("cluster2", (2, 3))):
+    stage = result["phases"][phase]
+    assert [h["acc"] for h in stage["history"]] == pytest.approx([
+        train.metrics.cluster_accuracy(labels, votes[i][2])
+        for i in (first, last)])
+    assert stage["voted_partition"]["acc"] == stage["history"][-1]["acc"]
+  predicted = losses.assign_clusters(model.embed(x), model.centroids).numpy()
+  assert result["final"]["acc"] == pytest.approx(
+      train.metrics.cluster_accuracy(labels, predicted))
+
+
+def test_vote_rounds_must_not_be_negative():
+  with pytest.raises(ValueError, match="vote_rounds must be >= 0"):
+    configs.TINY.replace(vote_rounds=-1)
