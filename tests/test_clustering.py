@@ -196,7 +196,7 @@ _SPECTRAL_STAGE_ONE = configs.TINY.replace(
     num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
     pretrain_epochs=1, cluster1_iterations=2, phases=("pretrain", "cluster1"),
     tsne_points=0, max_examples=None, cluster_init="spectral",
-    spectral_neighbors=5, cluster_tolerance=0.0)
+    spectral_neighbors=5, cluster_tolerance=0.0, vote_rounds=0)
 
 
 def test_spectral_start_holds_the_partition_through_stage_one(
