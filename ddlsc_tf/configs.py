@@ -241,8 +241,9 @@ MNIST = Config(
     cluster_init="kmeans",
     # Ours: S smoothed by 5 rounds of a vote over each image's 10 nearest
     # raw images (the table the grouped batches already use). Rounds set
-    # without labels: on the session-7 latents a round changes 6-8% of the
-    # assignments, the fifth 0.1-0.5%. Stages I and II from the session-7
+    # without labels: on the session-7 pre-trained latents the first round
+    # changes 6-7% of the k-means assignments, the fifth 0.04-0.12%.
+    # Stages I and II from the session-7
     # seed-0/1 pre-trained models: final ACC 0.779 -> 0.787 and 0.919 ->
     # 0.929; the voted partitions themselves score 0.829 and 0.958
     # (RESULTS.md, MNIST, "Session 9").
