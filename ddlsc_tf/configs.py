@@ -84,10 +84,10 @@ class Config:
   spectral_neighbors: int = 10
   # Ours: after every assignment step of both stages (and on the starting
   # partition), `vote_rounds` rounds of a majority vote over each image's
-  # knn_k nearest images in the whole dataset (raw pixels, the similarity
-  # of the anchors' kNN graph; metrics.knn_vote), so θ trains on S smoothed
-  # along the raw-data neighbourhoods the paper already trusts as anchors.
-  # 0: S by nearest centroid alone, as the paper.
+  # knn_k nearest images in the whole dataset (the anchors' similarity,
+  # `knn_features`: raw pixels by default; metrics.knn_vote), so θ trains
+  # on S smoothed along the neighbourhoods the paper already trusts as
+  # anchors. 0: S by nearest centroid alone, as the paper.
   vote_rounds: int = 0
   lambda_d_start: float = 1.0   # lambda_d = 1 for MNIST (section 4.2)
   lambda_d_end: float = 1.0     # linear schedule over stage I's iterations

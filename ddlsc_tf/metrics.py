@@ -146,6 +146,9 @@ def knn_vote(assignments, neighbours, *, num_clusters, rounds):
         f"{neighbours.shape}.")
   if rounds < 0:
     raise ValueError(f"rounds must be >= 0, got {rounds}.")
+  if len(current) and not 0 <= current.min() <= current.max() < num_clusters:
+    raise ValueError(f"assignments must be cluster ids in [0, "
+                     f"{num_clusters}), got {current.min()}..{current.max()}.")
   n = len(current)
   rows = np.arange(n)[:, None] * num_clusters
   for _ in range(rounds):

@@ -222,7 +222,9 @@ def _cluster_stage(model, images, labels, config, run, phase,
   `min_steps_per_iteration` steps) on θ with
   S fixed. With `cluster_init="spectral"`, stage I's S is the spectral
   partition in every iteration (its phase scores are then the model's
-  nearest-centroid clustering, the history's the held partition's). A
+  nearest-centroid clustering, the history's the held partition's). With
+  `vote_rounds`, every S is first smoothed by the kNN vote over the run's
+  neighbour table (the phase and history scores split the same way). A
   checkpoint after every epoch holds S, so a resumed iteration trains on
   the assignments it started with.
   """

@@ -110,3 +110,5 @@ def test_knn_vote_rejects_bad_input():
                      rounds=1)
   with pytest.raises(ValueError, match="rounds must be >= 0"):
     metrics.knn_vote([0, 1], [[1], [0]], num_clusters=2, rounds=-1)
+  with pytest.raises(ValueError, match=r"cluster ids in \[0, 2\), got 0..2"):
+    metrics.knn_vote([0, 2], [[1], [0]], num_clusters=2, rounds=1)
