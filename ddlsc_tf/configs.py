@@ -372,9 +372,9 @@ def for_images(image_shape, *, num_clusters, num_examples, **overrides):
   if min(h, w) < 8:
     raise ValueError(f"images must be at least 8x8 (three 2x2 poolings), "
                      f"got {h}x{w}.")
+  # Other shapes: no copies and no vote (both measured on MNIST only).
   base = MNIST if (h, w, c) == (28, 28, 1) else MNIST.replace(
       paddings=("same", "same", "same"), augment=(), vote_rounds=0,
-      # copies and votes: measured on MNIST only
       encoder_filters=(8, 8, max(15, -(-60 // ((h // 8) * (w // 8))))))
   batch = overrides.get("batch_size",
                         min(base.batch_size, max(num_examples // 4, 2)))

@@ -190,13 +190,24 @@ def test_grouped_batches_in_the_anchor_phases_only(make_blobs, tmp_path,
   assert seen == [(False, 2), (True, 2), (True, 0)]
 
 
-# Pre-training (1 epoch) and two stage-I iterations on 60 images, spectral
-# start.
-_SPECTRAL_STAGE_ONE = configs.TINY.replace(
+# 60 images in 4 clusters, one pre-training epoch, every stage iteration run.
+_SIXTY_IMAGES = configs.TINY.replace(
     num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
-    pretrain_epochs=1, cluster1_iterations=2, phases=("pretrain", "cluster1"),
-    tsne_points=0, max_examples=None, cluster_init="spectral",
-    spectral_neighbors=5, cluster_tolerance=0.0, vote_rounds=0)
+    pretrain_epochs=1, tsne_points=0, max_examples=None,
+    cluster_tolerance=0.0)
+
+# Pre-training and two stage-I iterations, spectral start.
+_SPECTRAL_STAGE_ONE = _SIXTY_IMAGES.replace(
+    cluster1_iterations=2, phases=("pretrain", "cluster1"),
+    cluster_init="spectral", spectral_neighbors=5, vote_rounds=0)
+
+
+def _noise_images():
+  """60 uniform-noise images and random labels: their partitions (spectral,
+  nearest centroid, voted) differ."""
+  rng = np.random.default_rng(0)
+  return (rng.uniform(size=(60, 28, 28, 1)).astype(np.float32),
+          rng.integers(0, 4, 60))
 
 
 def test_spectral_start_holds_the_partition_through_stage_one(
@@ -250,10 +261,7 @@ def test_resumed_spectral_stage_one_keeps_the_held_partition(tmp_path,
                                                              monkeypatch):
   # Killed after stage I's first epoch, the resumed run trains the rest of
   # stage I on the same held partition and ends with the same scores.
-  # Noise images: their spectral and nearest-centroid partitions differ.
-  rng = np.random.default_rng(0)
-  x = rng.uniform(size=(60, 28, 28, 1)).astype(np.float32)
-  labels = rng.integers(0, 4, 60)
+  x, labels = _noise_images()
   config = _SPECTRAL_STAGE_ONE
   _, whole = train.run_phases(config, x, labels, str(tmp_path / "whole"),
                               verbose=0)
@@ -297,14 +305,9 @@ def test_stages_train_on_the_voted_partition(tmp_path, monkeypatch):
 
   monkeypatch.setattr(train.metrics, "knn_vote", spy_vote)
   monkeypatch.setattr(train.data, "train_dataset", spy_batches)
-  rng = np.random.default_rng(0)
-  x = rng.uniform(size=(60, 28, 28, 1)).astype(np.float32)
-  labels = rng.integers(0, 4, 60)
-  config = configs.TINY.replace(
-      num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
-      pretrain_epochs=1, cluster1_iterations=1, cluster2_iterations=1,
-      tsne_points=0, max_examples=None, cluster_tolerance=0.0,
-      vote_rounds=2)
+  x, labels = _noise_images()
+  config = _SIXTY_IMAGES.replace(cluster1_iterations=1,
+                                 cluster2_iterations=1, vote_rounds=2)
   model, result = train.run_phases(config, x, labels, str(tmp_path),
                                    verbose=0)
   # Stage I: S before training and after its iteration; stage II: the same.
