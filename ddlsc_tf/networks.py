@@ -47,6 +47,54 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     return y
 
 
+@tf.autograph.experimental.do_not_convert
+def _upsample_by_whole_factors(images, fh, fw):
+  """Nearest-neighbour up-sampling of [B, H, W, C] by whole factors: each
+  pixel repeated fh x fw times forward, and the gradient of each pixel the
+  sum of its fh x fw copies' (a sum-pool) backward."""
+
+  @tf.custom_gradient
+  def upsample(x):
+    y = tf.repeat(tf.repeat(x, fh, axis=1), fw, axis=2)
+
+    def grad(dy):
+      return tf.nn.avg_pool2d(dy, (fh, fw), (fh, fw), "VALID") * float(fh * fw)
+    return y, grad
+  return upsample(images)
+
+
+@keras.saving.register_keras_serializable(package="ddlsc_tf")
+class NearestResizing(keras.layers.Resizing):
+  """`keras.layers.Resizing` whose nearest-neighbour up-sampling of
+  channels-last images by whole factors (MNIST's 7 → 14 → 28) repeats
+  pixels forward and sum-pools the gradient backward.
+
+  Same output as Keras' layer, bit for bit (TensorFlow's half-pixel-centre
+  nearest rule maps output row i to input row i // f for a whole factor f),
+  and the same gradient to float32 round-off (tests/test_networks.py), in
+  about a third of the time: the gradient of TensorFlow's resize op was the
+  most expensive op of the MNIST decoder on CPU (RESULTS.md, "Speed").
+  Other sizes, interpolations and layouts use Keras' own code.
+  """
+
+  def call(self, data, training=True):
+    factors = self._whole_factors(data)
+    if factors is None:
+      return super().call(data, training=training)
+    return _upsample_by_whole_factors(data, *factors)
+
+  def _whole_factors(self, data):
+    shape = getattr(data, "shape", None)
+    if (self.interpolation != "nearest" or self.data_format != "channels_last"
+        or self.crop_to_aspect_ratio or self.pad_to_aspect_ratio
+        or shape is None or len(shape) != 4 or None in tuple(shape[1:3])):
+      return None
+    h, w = int(shape[1]), int(shape[2])
+    if self.height % h or self.width % w:
+      return None
+    return self.height // h, self.width // w
+
+
 def _encoder_shapes(input_shape, filters, kernel_sizes, paddings, pools):
   """Spatial sizes (H, W) after each encoder block (conv, then the optional
   2x2 max-pool)."""
@@ -125,13 +173,13 @@ def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
   h = keras.layers.Reshape((h_lat, w_lat, encoder_filters[-1]),
                            name="unflatten")(inputs)
   for i, (target, f) in enumerate(zip(targets[:-1], decoder_filters)):
-    h = keras.layers.Resizing(*target, interpolation="nearest",
-                              name=f"upsample{i + 1}")(h)
+    h = NearestResizing(*target, interpolation="nearest",
+                        name=f"upsample{i + 1}")(h)
     h = keras.layers.Conv2D(f, 3, padding="same", activation="relu",
                             name=f"conv{i + 1}")(h)
     h = FusedBatchNormalization(name=f"bn{i + 1}")(h)
-  h = keras.layers.Resizing(*targets[-1], interpolation="nearest",
-                            name=f"upsample{len(targets)}")(h)
+  h = NearestResizing(*targets[-1], interpolation="nearest",
+                      name=f"upsample{len(targets)}")(h)
   outputs = keras.layers.Conv2D(input_shape[-1], 3, padding="same",
                                 name="reconstruction")(h)
   return keras.Model(inputs, outputs, name=name)

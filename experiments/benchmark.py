@@ -28,7 +28,9 @@ flags.DEFINE_string("manual_dir", None,
 flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
 flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
 flags.DEFINE_string(
-    "reference", "experiments/benchmark_reference.json",
+    "reference",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                 "benchmark_reference.json"),
     "Fixed-batch losses of the unoptimised code to compare with (same "
     "dataset, seed and batch).")
 flags.DEFINE_bool(
@@ -71,7 +73,12 @@ def main(argv):
   key = f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
   references = (checkpoints.read_json(FLAGS.reference)
                 if os.path.exists(FLAGS.reference) else {})
-  if key in references and not FLAGS.write_reference:
+  if FLAGS.write_reference:
+    references[key] = result["fixed_batch_losses"]
+    checkpoints.write_json_atomic(FLAGS.reference, references)
+    rows.append(("fixed-batch losses", f"reference written to "
+                 f"{FLAGS.reference}"))
+  elif key in references:
     result["losses_vs_reference"] = benchmark.compare_losses(
         result["fixed_batch_losses"], references[key])
     rows.append(("fixed-batch losses vs reference",
@@ -79,10 +86,11 @@ def main(argv):
                  "DIFFER" + f" (max rel. diff "
                  f"{result['losses_vs_reference']['max_relative_difference']:.1e})"))
   else:
-    references[key] = result["fixed_batch_losses"]
-    checkpoints.write_json_atomic(FLAGS.reference, references)
-    rows.append(("fixed-batch losses", f"reference written to "
-                 f"{FLAGS.reference}"))
+    # Nothing to compare with: say so rather than silently making this run
+    # the reference.
+    rows.append(("fixed-batch losses", f"not checked: no reference for "
+                 f"{key} in {FLAGS.reference} (--write_reference writes "
+                 f"one from the unoptimised code)"))
   width = max(len(name) for name, _ in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value}")

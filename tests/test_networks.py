@@ -73,3 +73,47 @@ def test_fused_batch_norm_matches_keras():
                                atol=1e-4)
   assert "FusedBatchNormalization" in str(keras.saving.serialize_keras_object(
       fused))
+
+
+@pytest.mark.parametrize("in_size, out_size", [
+    ((14, 14), (28, 28)),  # MNIST's last up-sampling: factor 2, fast path
+    ((2, 3), (6, 12)),     # factors 3 and 4, fast path
+    ((5, 5), (7, 7)),      # COIL's first up-sampling: Keras' own resize
+    ((7, 7), (16, 16)),
+])
+@pytest.mark.parametrize("graph", [False, True])
+def test_nearest_resizing_matches_keras(in_size, out_size, graph):
+  """Same outputs (exactly) and gradients as Keras' Resizing layer."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  x = tf.random.stateless_uniform((3, *in_size, 4), seed=[4, 5])
+  weights = tf.random.stateless_normal((3, *out_size, 4), seed=[6, 7])
+  outputs = []
+  for layer_class in (networks.NearestResizing, keras.layers.Resizing):
+    layer = layer_class(*out_size, interpolation="nearest")
+
+    def forward_backward(x, layer=layer):
+      with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x)
+        loss = tf.reduce_sum(y * weights)
+      return y, tape.gradient(loss, x)
+    if graph:
+      forward_backward = tf.function(forward_backward)
+    outputs.append(forward_backward(x))
+  (y, grad), (y_keras, grad_keras) = outputs
+  np.testing.assert_array_equal(np.asarray(y), np.asarray(y_keras))
+  np.testing.assert_allclose(np.asarray(grad), np.asarray(grad_keras),
+                             rtol=1e-6, atol=1e-6)
+
+
+def test_nearest_resizing_takes_the_fast_path_only_for_whole_factors():
+  layer = networks.NearestResizing(28, 28, interpolation="nearest")
+  assert layer._whole_factors(np.zeros((2, 14, 7, 1))) == (2, 4)
+  assert layer._whole_factors(np.zeros((2, 5, 7, 1))) is None
+  bilinear = networks.NearestResizing(28, 28)
+  assert bilinear._whole_factors(np.zeros((2, 14, 14, 1))) is None
+  restored = keras.saving.deserialize_keras_object(
+      keras.saving.serialize_keras_object(layer))
+  assert isinstance(restored, networks.NearestResizing)
+  assert (restored.height, restored.width, restored.interpolation) == (
+      28, 28, "nearest")
