@@ -5,11 +5,13 @@ the pool, so a 32x32 input can end on a 5x5 latent); the last block's output,
 flattened, is the latent z (d = its size). Decoder: nearest-neighbour
 up-sampling back through the encoder's spatial sizes, each followed by a
 conv → ReLU → batch norm block, and a final linear conv to the input
-channels. Both are plain functional `keras.Model`s so they save and export
-without custom code.
+channels. Both are functional `keras.Model`s whose two custom layers (a
+fused-kernel batch norm, an up-sampling conv) are registered Keras classes,
+so they save, reload and export like Keras' own.
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 
@@ -51,7 +53,9 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
 def _upsample_by_whole_factors(images, fh, fw):
   """Nearest-neighbour up-sampling of [B, H, W, C] by whole factors: each
   pixel repeated fh x fw times forward, and the gradient of each pixel the
-  sum of its fh x fw copies' (a sum-pool) backward."""
+  sum of its fh x fw copies' (a sum-pool) backward. Same output as
+  TensorFlow's resize (whose half-pixel-centre nearest rule maps output row
+  i to input row i // f), at a third of its gradient's time."""
 
   @tf.custom_gradient
   def upsample(x):
@@ -63,36 +67,82 @@ def _upsample_by_whole_factors(images, fh, fw):
   return upsample(images)
 
 
-@keras.saving.register_keras_serializable(package="ddlsc_tf")
-class NearestResizing(keras.layers.Resizing):
-  """`keras.layers.Resizing` whose nearest-neighbour up-sampling of
-  channels-last images by whole factors (MNIST's 7 → 14 → 28) repeats
-  pixels forward and sum-pools the gradient backward.
+def _phase_taps(factor):
+  """[f, 3, 3] 0/1: which low-resolution offset (-1, 0, 1) each tap u of a
+  3x3 'same' conv reads, for each output phase a, on a map up-sampled by f
+  (up-sampled row f*i + a + u - 1 is low-resolution row
+  i + (a + u - 1) // f)."""
+  taps = np.zeros((factor, 3, 3), np.float32)
+  for a in range(factor):
+    for u in range(3):
+      taps[a, u, (a + u - 1) // factor + 1] = 1.0
+  return taps
 
-  Same output as Keras' layer, bit for bit (TensorFlow's half-pixel-centre
-  nearest rule maps output row i to input row i // f for a whole factor f),
-  and the same gradient to float32 round-off (tests/test_networks.py), in
-  about a third of the time: the gradient of TensorFlow's resize op was the
-  most expensive op of the MNIST decoder on CPU (RESULTS.md, "Speed").
-  Other sizes, interpolations and layouts use Keras' own code.
+
+@keras.saving.register_keras_serializable(package="ddlsc_tf")
+class UpsampledConv2D(keras.layers.Conv2D):
+  """`keras.layers.Conv2D` applied to its input up-sampled (nearest
+  neighbour) to `size`: the decoder's "up-sample, then conv" as one layer.
+
+  Same variables as the Conv2D it wraps. Where the up-sampling is by one
+  whole factor f in both directions and the conv is 3x3, 'same', stride 1
+  and channels-last (MNIST's 7 → 14 → 28, COIL's 16 → 32), it never forms
+  the up-sampled map: each of the f² output phases is a 3x3 conv of the
+  small input whose taps are sums of the kernel's (`_phase_taps`), so one
+  conv with f²·filters outputs followed by `depth_to_space` gives the same
+  result to float32 round-off (tests/test_networks.py), at about half the
+  time of up-sampling and convolving on CPU, where the decoder's last
+  up-sampling and its one-channel conv were its most expensive ops
+  (RESULTS.md, "Speed"). Other sizes and layouts up-sample first.
   """
 
-  def call(self, data, training=True):
-    factors = self._whole_factors(data)
-    if factors is None:
-      return super().call(data, training=training)
-    return _upsample_by_whole_factors(data, *factors)
+  def __init__(self, filters, kernel_size, *, size, **kwargs):
+    super().__init__(filters, kernel_size, **kwargs)
+    self.size = tuple(int(s) for s in size)
+    if len(self.size) != 2 or min(self.size) < 1:
+      raise ValueError(f"size {size} must be (height, width), both >= 1.")
 
-  def _whole_factors(self, data):
-    shape = getattr(data, "shape", None)
-    if (self.interpolation != "nearest" or self.data_format != "channels_last"
-        or self.crop_to_aspect_ratio or self.pad_to_aspect_ratio
-        or shape is None or len(shape) != 4 or None in tuple(shape[1:3])):
+  def _factors(self, input_shape):
+    """(fh, fw) when both are whole and the layout is channels-last, else
+    None."""
+    h, w = input_shape[1], input_shape[2]
+    if (self.data_format != "channels_last" or h is None or w is None
+        or self.size[0] % h or self.size[1] % w):
       return None
-    h, w = int(shape[1]), int(shape[2])
-    if self.height % h or self.width % w:
-      return None
-    return self.height // h, self.width // w
+    return self.size[0] // h, self.size[1] // w
+
+  def call(self, inputs):
+    factors = self._factors(inputs.shape)
+    if (factors is None or factors[0] != factors[1] or factors[0] == 1
+        or self.kernel_size != (3, 3) or self.padding != "same"
+        or self.strides != (1, 1) or self.dilation_rate != (1, 1)
+        or self.groups != 1):
+      if factors is None:
+        up = keras.ops.image.resize(inputs, self.size,
+                                    interpolation="nearest",
+                                    data_format=self.data_format)
+      else:
+        up = _upsample_by_whole_factors(inputs, *factors)
+      return super().call(up)
+    f = factors[0]
+    taps = tf.constant(_phase_taps(f))
+    # kernel[d, e, i, (a, b, o)] = Σ_{u,v} taps[a,u,d] taps[b,v,e] W[u,v,i,o]
+    kernel = tf.einsum("aud,bve,uvio->deiabo", taps, taps, self.kernel)
+    kernel = tf.reshape(kernel, [3, 3, self.kernel.shape[2],
+                                 f * f * self.filters])
+    outputs = tf.nn.conv2d(inputs, kernel, 1, "SAME")
+    if self.use_bias:
+      outputs = outputs + tf.tile(self.bias, [f * f])
+    if self.activation is not None:
+      outputs = self.activation(outputs)
+    return tf.nn.depth_to_space(outputs, f)
+
+  def compute_output_shape(self, input_shape):
+    return super().compute_output_shape(
+        (input_shape[0], *self.size, input_shape[-1]))
+
+  def get_config(self):
+    return {**super().get_config(), "size": self.size}
 
 
 def _encoder_shapes(input_shape, filters, kernel_sizes, paddings, pools):
@@ -158,7 +208,8 @@ def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
   output size of encoder blocks n-1, ..., 1, each followed by conv → ReLU →
   batch norm, then to the input size, where a last linear 3x3 conv maps to
   the input channels. (MNIST: 2x2 → 7x7 → 14x14 → 28x28; a 32x32 encoder
-  ending unpooled on 5x5: 5x5 → 7x7 → 16x16 → 32x32.)
+  ending unpooled on 5x5: 5x5 → 7x7 → 16x16 → 32x32.) Each up-sampling and
+  the conv after it are one `UpsampledConv2D` layer, named after the conv.
   """
   sizes = _encoder_shapes(input_shape, encoder_filters, kernel_sizes, paddings,
                           _all_pools(pools, encoder_filters))
@@ -173,13 +224,9 @@ def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
   h = keras.layers.Reshape((h_lat, w_lat, encoder_filters[-1]),
                            name="unflatten")(inputs)
   for i, (target, f) in enumerate(zip(targets[:-1], decoder_filters)):
-    h = NearestResizing(*target, interpolation="nearest",
-                        name=f"upsample{i + 1}")(h)
-    h = keras.layers.Conv2D(f, 3, padding="same", activation="relu",
-                            name=f"conv{i + 1}")(h)
+    h = UpsampledConv2D(f, 3, size=target, padding="same",
+                        activation="relu", name=f"conv{i + 1}")(h)
     h = FusedBatchNormalization(name=f"bn{i + 1}")(h)
-  h = NearestResizing(*targets[-1], interpolation="nearest",
-                      name=f"upsample{len(targets)}")(h)
-  outputs = keras.layers.Conv2D(input_shape[-1], 3, padding="same",
-                                name="reconstruction")(h)
+  outputs = UpsampledConv2D(input_shape[-1], 3, size=targets[-1],
+                            padding="same", name="reconstruction")(h)
   return keras.Model(inputs, outputs, name=name)

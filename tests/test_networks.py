@@ -16,8 +16,8 @@ def test_mnist_network_is_unchanged_by_the_pools_option():
       "image", "conv1", "bn1", "pool1", "conv2", "bn2", "pool2", "conv3",
       "bn3", "pool3", "latent"]
   assert [l.name for l in model.decoder.layers] == [
-      "latent", "unflatten", "upsample1", "conv1", "bn1", "upsample2",
-      "conv2", "bn2", "upsample3", "reconstruction"]
+      "latent", "unflatten", "conv1", "bn1", "conv2", "bn2",
+      "reconstruction"]
 
 
 @pytest.mark.parametrize("name, channels, d, params", [
@@ -32,8 +32,8 @@ def test_coil_networks_have_the_paper_sizes(name, channels, d, params):
   assert model.encoder.get_layer("bn3").output.shape[1:] == (5, 5, d // 25)
   assert "pool3" not in [l.name for l in model.encoder.layers]
   # The decoder mirrors the encoder's sizes back to the input.
-  assert model.decoder.get_layer("upsample1").output.shape[1:3] == (7, 7)
-  assert model.decoder.get_layer("upsample2").output.shape[1:3] == (16, 16)
+  assert model.decoder.get_layer("conv1").output.shape[1:3] == (7, 7)
+  assert model.decoder.get_layer("conv2").output.shape[1:3] == (16, 16)
   assert model.decoder.output.shape[1:] == (32, 32, channels)
 
 
@@ -75,45 +75,58 @@ def test_fused_batch_norm_matches_keras():
       fused))
 
 
-@pytest.mark.parametrize("in_size, out_size", [
-    ((14, 14), (28, 28)),  # MNIST's last up-sampling: factor 2, fast path
-    ((2, 3), (6, 12)),     # factors 3 and 4, fast path
-    ((5, 5), (7, 7)),      # COIL's first up-sampling: Keras' own resize
-    ((7, 7), (16, 16)),
+@pytest.mark.parametrize("in_size, out_size, activation", [
+    ((14, 14), (28, 28), None),     # MNIST's reconstruction: phases, f = 2
+    ((7, 7), (14, 14), "relu"),     # MNIST's conv2: phases, f = 2
+    ((3, 3), (9, 9), "relu"),       # phases, f = 3
+    ((2, 3), (6, 12), None),        # whole but unequal factors: up-sample
+    ((5, 5), (7, 7), "relu"),       # COIL's conv1: Keras' resize
+    ((7, 7), (16, 16), None),
 ])
 @pytest.mark.parametrize("graph", [False, True])
-def test_nearest_resizing_matches_keras(in_size, out_size, graph):
-  """Same outputs (exactly) and gradients as Keras' Resizing layer."""
+def test_upsampled_conv_matches_resizing_then_conv(in_size, out_size,
+                                                   activation, graph):
+  """Same outputs and gradients (input, kernel, bias) as Keras' Resizing
+  followed by Keras' Conv2D with the same weights."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   x = tf.random.stateless_uniform((3, *in_size, 4), seed=[4, 5])
-  weights = tf.random.stateless_normal((3, *out_size, 4), seed=[6, 7])
+  weights = tf.random.stateless_normal((3, *out_size, 2), seed=[6, 7])
+  fused = networks.UpsampledConv2D(2, 3, size=out_size, padding="same",
+                                   activation=activation)
+  conv = keras.layers.Conv2D(2, 3, padding="same", activation=activation)
+  resize = keras.layers.Resizing(*out_size, interpolation="nearest")
+  fused.build(x.shape)
+  conv.build((3, *out_size, 4))
+  kernel = tf.random.stateless_normal((3, 3, 4, 2), seed=[1, 2])
+  bias = tf.random.stateless_normal((2,), seed=[8, 9])
+  for layer in (fused, conv):
+    layer.kernel.assign(kernel)
+    layer.bias.assign(bias)
   outputs = []
-  for layer_class in (networks.NearestResizing, keras.layers.Resizing):
-    layer = layer_class(*out_size, interpolation="nearest")
+  for layer, network in ((fused, fused), (conv, lambda x: conv(resize(x)))):
 
-    def forward_backward(x, layer=layer):
+    def forward_backward(x, layer=layer, network=network):
       with tf.GradientTape() as tape:
         tape.watch(x)
-        y = layer(x)
+        y = network(x)
         loss = tf.reduce_sum(y * weights)
-      return y, tape.gradient(loss, x)
+      return [y, *tape.gradient(loss, [x, layer.kernel, layer.bias])]
     if graph:
       forward_backward = tf.function(forward_backward)
     outputs.append(forward_backward(x))
-  (y, grad), (y_keras, grad_keras) = outputs
-  np.testing.assert_array_equal(np.asarray(y), np.asarray(y_keras))
-  np.testing.assert_allclose(np.asarray(grad), np.asarray(grad_keras),
-                             rtol=1e-6, atol=1e-6)
+  assert outputs[0][0].shape == (3, *out_size, 2)
+  assert tuple(fused.compute_output_shape(x.shape)) == (3, *out_size, 2)
+  for a, b in zip(*outputs):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
+                               atol=1e-5)
 
 
-def test_nearest_resizing_takes_the_fast_path_only_for_whole_factors():
-  layer = networks.NearestResizing(28, 28, interpolation="nearest")
-  assert layer._whole_factors(np.zeros((2, 14, 7, 1))) == (2, 4)
-  assert layer._whole_factors(np.zeros((2, 5, 7, 1))) is None
-  bilinear = networks.NearestResizing(28, 28)
-  assert bilinear._whole_factors(np.zeros((2, 14, 14, 1))) is None
+def test_upsampled_conv_serializes_and_checks_its_size():
+  layer = networks.UpsampledConv2D(3, 3, size=(28, 28), padding="same",
+                                   activation="relu")
   restored = keras.saving.deserialize_keras_object(
       keras.saving.serialize_keras_object(layer))
-  assert isinstance(restored, networks.NearestResizing)
-  assert (restored.height, restored.width, restored.interpolation) == (
-      28, 28, "nearest")
+  assert isinstance(restored, networks.UpsampledConv2D)
+  assert restored.size == (28, 28) and restored.filters == 3
+  with pytest.raises(ValueError, match=r"size \(28,\) must be"):
+    networks.UpsampledConv2D(3, 3, size=(28,))
