@@ -85,6 +85,8 @@ class DDLSC(keras.Model):
     lambda_w, lambda_b: weights of L_w and L_b in stage II (eq. 11).
     cluster_lambda_r: weight of L_r in both stages (default: lambda_r).
     phase: which train step `fit` runs; one of `PHASES`.
+    upsampled_conv: the decoder's layout (`networks.build_decoder`); False
+      only for models saved before session 10, which `from_config` sets.
   """
 
   PHASES = ("pretrain", "cluster1", "cluster2")
@@ -95,7 +97,8 @@ class DDLSC(keras.Model):
                knn_features="raw", augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
-               cluster_lambda_r=None, phase="pretrain", **kwargs):
+               cluster_lambda_r=None, phase="pretrain", upsampled_conv=True,
+               **kwargs):
     super().__init__(**kwargs)
     self.image_shape = tuple(int(s) for s in input_shape)
     self.encoder_filters = tuple(encoder_filters)
@@ -137,7 +140,9 @@ class DDLSC(keras.Model):
     self.decoder = networks.build_decoder(
         self.image_shape, encoder_filters=self.encoder_filters,
         kernel_sizes=self.kernel_sizes, paddings=self.paddings,
-        decoder_filters=self.decoder_filters, pools=self.pools)
+        decoder_filters=self.decoder_filters, pools=self.pools,
+        upsampled_conv=upsampled_conv)
+    self.upsampled_conv = bool(upsampled_conv)
     self.latent_dim = int(self.encoder.output.shape[-1])
     self.lambda_d = keras.Variable(float(lambda_d), trainable=False,
                                    name="lambda_d")
@@ -417,5 +422,13 @@ class DDLSC(keras.Model):
         augment_phases=list(self.augment_phases),
         seed=self.seed,
         phase=self.phase,
+        upsampled_conv=self.upsampled_conv,
     )
     return config
+
+  @classmethod
+  def from_config(cls, config):
+    # A model saved before the decoder's `UpsampledConv2D` (session 10) has
+    # no "upsampled_conv" in its config and its weights in separate Resizing
+    # and Conv2D layers: rebuild that layout so they load.
+    return super().from_config({"upsampled_conv": False, **config})

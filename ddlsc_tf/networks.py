@@ -201,7 +201,8 @@ def build_encoder(input_shape, *, filters, kernel_sizes, paddings, pools=None,
 
 
 def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
-                  decoder_filters, pools=None, name="decoder"):
+                  decoder_filters, pools=None, upsampled_conv=True,
+                  name="decoder"):
   """Decoder g(z; θ_d): [B, d] → [B, H, W, C].
 
   Mirrors the encoder's spatial sizes: up-samples (nearest neighbour) to the
@@ -209,7 +210,10 @@ def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
   batch norm, then to the input size, where a last linear 3x3 conv maps to
   the input channels. (MNIST: 2x2 → 7x7 → 14x14 → 28x28; a 32x32 encoder
   ending unpooled on 5x5: 5x5 → 7x7 → 16x16 → 32x32.) Each up-sampling and
-  the conv after it are one `UpsampledConv2D` layer, named after the conv.
+  the conv after it are one `UpsampledConv2D` layer, named after the conv;
+  `upsampled_conv=False` builds the same maths as separate Keras `Resizing`
+  and `Conv2D` layers, the layout of models saved before that layer
+  existed, so that their weights load.
   """
   sizes = _encoder_shapes(input_shape, encoder_filters, kernel_sizes, paddings,
                           _all_pools(pools, encoder_filters))
@@ -223,10 +227,18 @@ def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
   inputs = keras.Input(shape=(d,), name="latent")
   h = keras.layers.Reshape((h_lat, w_lat, encoder_filters[-1]),
                            name="unflatten")(inputs)
-  for i, (target, f) in enumerate(zip(targets[:-1], decoder_filters)):
-    h = UpsampledConv2D(f, 3, size=target, padding="same",
-                        activation="relu", name=f"conv{i + 1}")(h)
-    h = FusedBatchNormalization(name=f"bn{i + 1}")(h)
-  outputs = UpsampledConv2D(input_shape[-1], 3, size=targets[-1],
-                            padding="same", name="reconstruction")(h)
+
+  def upsample_conv(h, i, size, filters, name, activation=None):
+    if upsampled_conv:
+      return UpsampledConv2D(filters, 3, size=size, padding="same",
+                             activation=activation, name=name)(h)
+    h = keras.layers.Resizing(*size, interpolation="nearest",
+                              name=f"upsample{i}")(h)
+    return keras.layers.Conv2D(filters, 3, padding="same",
+                               activation=activation, name=name)(h)
+  for i, (target, f) in enumerate(zip(targets[:-1], decoder_filters), 1):
+    h = upsample_conv(h, i, target, f, f"conv{i}", activation="relu")
+    h = FusedBatchNormalization(name=f"bn{i}")(h)
+  outputs = upsample_conv(h, len(targets), targets[-1], input_shape[-1],
+                          "reconstruction")
   return keras.Model(inputs, outputs, name=name)

@@ -148,3 +148,40 @@ def test_recalibration_averages_batches_and_is_seeded(make_blobs):
   np.testing.assert_array_equal(model.embed(x), first)
   with pytest.raises(ValueError, match="at least one image"):
     model.recalibrate_batch_norm(x[:0], batch_size=20)
+
+
+def test_a_model_saved_before_the_upsampled_conv_still_loads(tmp_path,
+                                                             make_blobs):
+  """A .keras file whose config has no "upsampled_conv" (saved before the
+  decoder's UpsampledConv2D) reloads in its Resizing + Conv2D layout, with
+  its weights, and computes what the new layout computes with them."""
+  import json  # pylint: disable=import-outside-toplevel
+  import zipfile  # pylint: disable=import-outside-toplevel
+  x, labels = make_blobs()
+  keras.utils.set_random_seed(0)
+  config = configs.TINY.replace(knn_k=3)
+  old = train.build_model(config, (28, 28, 1), upsampled_conv=False)
+  old.compile(optimizer=keras.optimizers.Adam(1e-2))
+  old.fit(x, labels, batch_size=32, epochs=1, verbose=0)
+  assert "upsample1" in [l.name for l in old.decoder.layers]
+  saved = tmp_path / "saved.keras"
+  old.save(saved)
+  legacy = tmp_path / "legacy.keras"  # the same file, as an old version wrote it
+  with zipfile.ZipFile(saved) as src, zipfile.ZipFile(legacy, "w") as dst:
+    for item in src.infolist():
+      data = src.read(item.filename)
+      if item.filename == "config.json":
+        file_config = json.loads(data)
+        del file_config["config"]["upsampled_conv"]
+        data = json.dumps(file_config).encode()
+      dst.writestr(item, data)
+  reloaded = keras.models.load_model(legacy)
+  assert not reloaded.upsampled_conv
+  np.testing.assert_array_equal(reloaded.embed(x), old.embed(x))
+  np.testing.assert_array_equal(reloaded(x)[1], old(x)[1])
+  # The new layout has the same variables: with the old weights it decodes
+  # the same images to round-off.
+  new = train.build_model(config, (28, 28, 1))
+  new.set_weights(old.get_weights())
+  np.testing.assert_allclose(new(x)[1], old(x)[1], rtol=1e-5, atol=1e-5)
+  assert keras.models.load_model(saved).upsampled_conv is False
