@@ -38,15 +38,23 @@ flags.DEFINE_bool(
     "Write this run's fixed-batch losses as the reference instead.")
 config_flags.define_overrides()  # --max_examples, --augment, ...
 flags.DEFINE_bool(
-    "unfused_batch_norm", False,
-    "Build the network with Keras' own BatchNormalization (the code before "
-    "the fused-kernel speed-up), e.g. to write the reference.")
+    "unoptimised_network", False,
+    "Build the network as it was before the speed-ups: Keras' own "
+    "BatchNormalization, and Resizing then Conv2D in the decoder; e.g. to "
+    "write the reference.")
+
+
+def _use_the_unoptimised_network():
+  networks.FusedBatchNormalization = keras.layers.BatchNormalization
+  build_decoder = networks.build_decoder
+  networks.build_decoder = lambda *args, **kwargs: build_decoder(
+      *args, **{**kwargs, "upsampled_conv": False})
 
 
 def main(argv):
   del argv
-  if FLAGS.unfused_batch_norm:
-    networks.FusedBatchNormalization = keras.layers.BatchNormalization
+  if FLAGS.unoptimised_network:
+    _use_the_unoptimised_network()
   config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
   images, labels = data.load_images(
       config.dataset, data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
