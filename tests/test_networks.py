@@ -51,10 +51,18 @@ def test_latent_dim_follows_the_pools():
   assert networks.latent_dim((32, 32, 1), **kwargs) == 2 * 2 * 6
 
 
-def test_fused_batch_norm_matches_keras():
-  """Same outputs, gradients and moving statistics as Keras' layer."""
+@pytest.mark.parametrize("channels, fused_kernel", [(8, True), (5, False)])
+def test_fused_batch_norm_matches_keras(channels, fused_kernel):
+  """Same outputs, gradients and moving statistics as Keras' layer; the
+  fused kernel runs only where the channels are a multiple of 4."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  x = tf.random.stateless_uniform((64, 7, 7, 5), seed=[0, 1]) * 3 + 1
+  x = tf.random.stateless_uniform((64, 7, 7, channels), seed=[0, 1]) * 3 + 1
+  probe = networks.FusedBatchNormalization()
+  probe.build(x.shape)
+  graph = tf.function(lambda x: probe(x, training=True)).get_concrete_function(
+      tf.TensorSpec(x.shape)).graph
+  ops = {op.type for op in graph.get_operations()}
+  assert ("FusedBatchNormV3" in ops) == fused_kernel, ops
   weights = tf.random.stateless_normal(x.shape, seed=[2, 3])
   fused = networks.FusedBatchNormalization()
   plain = keras.layers.BatchNormalization()
