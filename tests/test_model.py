@@ -166,7 +166,8 @@ def test_a_model_saved_before_the_upsampled_conv_still_loads(tmp_path,
   assert "upsample1" in [l.name for l in old.decoder.layers]
   saved = tmp_path / "saved.keras"
   old.save(saved)
-  legacy = tmp_path / "legacy.keras"  # the same file, as an old version wrote it
+  # The same file as a version before the key wrote it.
+  legacy = tmp_path / "legacy.keras"
   with zipfile.ZipFile(saved) as src, zipfile.ZipFile(legacy, "w") as dst:
     for item in src.infolist():
       data = src.read(item.filename)
