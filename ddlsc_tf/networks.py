@@ -53,24 +53,6 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     return y
 
 
-@tf.autograph.experimental.do_not_convert
-def _upsample_by_whole_factors(images, fh, fw):
-  """Nearest-neighbour up-sampling of [B, H, W, C] by whole factors: each
-  pixel repeated fh x fw times forward, and the gradient of each pixel the
-  sum of its fh x fw copies' (a sum-pool) backward. Same output as
-  TensorFlow's resize (whose half-pixel-centre nearest rule maps output row
-  i to input row i // f), at a third of its gradient's time."""
-
-  @tf.custom_gradient
-  def upsample(x):
-    y = tf.repeat(tf.repeat(x, fh, axis=1), fw, axis=2)
-
-    def grad(dy):
-      return tf.nn.avg_pool2d(dy, (fh, fw), (fh, fw), "VALID") * float(fh * fw)
-    return y, grad
-  return upsample(images)
-
-
 def _phase_taps(factor):
   """[f, 3, 3] 0/1: which low-resolution offset (-1, 0, 1) each tap u of a
   3x3 'same' conv reads, for each output phase a, on a map up-sampled by f
@@ -106,29 +88,26 @@ class UpsampledConv2D(keras.layers.Conv2D):
     if len(self.size) != 2 or min(self.size) < 1:
       raise ValueError(f"size {size} must be (height, width), both >= 1.")
 
-  def _factors(self, input_shape):
-    """(fh, fw) when both are whole and the layout is channels-last, else
-    None."""
+  def _phase_factor(self, input_shape):
+    """f when the up-sampling is by one whole factor f >= 2 in both
+    directions and the conv is 3x3, 'same', stride 1, channels-last (the
+    phase path); else None."""
     h, w = input_shape[1], input_shape[2]
     if (self.data_format != "channels_last" or h is None or w is None
-        or self.size[0] % h or self.size[1] % w):
+        or self.size[0] % h or self.size[1] % w
+        or self.size[0] // h != self.size[1] // w
+        or self.size[0] // h < 2 or self.kernel_size != (3, 3)
+        or self.padding != "same" or self.strides != (1, 1)
+        or self.dilation_rate != (1, 1) or self.groups != 1):
       return None
-    return self.size[0] // h, self.size[1] // w
+    return self.size[0] // h
 
   def call(self, inputs):
-    factors = self._factors(inputs.shape)
-    if (factors is None or factors[0] != factors[1] or factors[0] == 1
-        or self.kernel_size != (3, 3) or self.padding != "same"
-        or self.strides != (1, 1) or self.dilation_rate != (1, 1)
-        or self.groups != 1):
-      if factors is None:
-        up = keras.ops.image.resize(inputs, self.size,
-                                    interpolation="nearest",
-                                    data_format=self.data_format)
-      else:
-        up = _upsample_by_whole_factors(inputs, *factors)
-      return super().call(up)
-    f = factors[0]
+    f = self._phase_factor(inputs.shape)
+    if f is None:
+      return super().call(keras.ops.image.resize(
+          inputs, self.size, interpolation="nearest",
+          data_format=self.data_format))
     taps = tf.constant(_phase_taps(f))
     # kernel[d, e, i, (a, b, o)] = Σ_{u,v} taps[a,u,d] taps[b,v,e] W[u,v,i,o]
     kernel = tf.einsum("aud,bve,uvio->deiabo", taps, taps, self.kernel)
