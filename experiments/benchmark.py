@@ -78,7 +78,8 @@ def main(argv):
            f"{result['eval_seconds']:.1f} s"),
           ("peak resident memory",
            f"{result['peak_rss_bytes'] / 2**30:.2f} GiB")]
-  key = f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
+  key = (f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
+         f"/anchors{config.anchor_fraction:g}")
   references = (checkpoints.read_json(FLAGS.reference)
                 if os.path.exists(FLAGS.reference) else {})
   if FLAGS.write_reference:
