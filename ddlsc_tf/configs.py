@@ -325,15 +325,20 @@ COIL100 = COIL20.replace(
 )
 
 
+# MNIST's method for images other than MNIST's: neither augmented copies
+# nor the kNN vote (both measured on MNIST only), and the anchor fraction
+# measured without copies (MNIST's 0.1 goes with them).
+_MNIST_WITHOUT_COPIES = MNIST.replace(augment=(), vote_rounds=0,
+                                      anchor_fraction=0.3)
+
 # Own images (--dataset=folder:PATH): MNIST's method and network, images
 # resized to 32x32 (latent 3x3x15 = 135), smaller batches for small folders,
 # random batches (a folder's size is not known here; --batch_neighbours=3
 # for folders of many thousand images, as MNIST).
 # Ours: the paper has no such setting.
-FOLDER = MNIST.replace(dataset="folder", image_size=32, batch_size=256,
-                       batch_neighbours=0, augment=(), vote_rounds=0,
-                       anchor_fraction=0.3,  # MNIST's 0.1 goes with copies
-                       recalibrate_batch_norm=True)  # any size of folder
+FOLDER = _MNIST_WITHOUT_COPIES.replace(
+    dataset="folder", image_size=32, batch_size=256, batch_neighbours=0,
+    recalibrate_batch_norm=True)  # any size of folder
 
 
 def field_defaults():
@@ -384,11 +389,8 @@ def for_images(image_shape, *, num_clusters, num_examples, **overrides):
   if min(h, w) < 8:
     raise ValueError(f"images must be at least 8x8 (three 2x2 poolings), "
                      f"got {h}x{w}.")
-  # Other shapes: no copies and no vote (both measured on MNIST only), and
-  # the anchor fraction measured without copies.
-  base = MNIST if (h, w, c) == (28, 28, 1) else MNIST.replace(
-      paddings=("same", "same", "same"), augment=(), vote_rounds=0,
-      anchor_fraction=0.3,
+  base = MNIST if (h, w, c) == (28, 28, 1) else _MNIST_WITHOUT_COPIES.replace(
+      paddings=("same", "same", "same"),
       encoder_filters=(8, 8, max(15, -(-60 // ((h // 8) * (w // 8))))))
   batch = overrides.get("batch_size",
                         min(base.batch_size, max(num_examples // 4, 2)))
