@@ -199,6 +199,13 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
           f"cannot prepare {dataset} from {manual_dir or 'the download'}: "
           f"{e}\nA file there is corrupt or not the expected archive; "
           f"replace it with the original.") from e
+    except FileExistsError:
+      # Two runs started at once on an unprepared dataset: TFDS moves each
+      # one's finished copy into place last, so the later one finds the
+      # earlier one's there. That copy is whole; use it.
+      builder = tfds.builder(builder.name, data_dir=data_dir)
+      if not builder.is_prepared():
+        raise
   ds = builder.as_dataset(split=spec.split)
   if max_examples is not None:
     ds = ds.take(max_examples)

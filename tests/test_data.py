@@ -38,6 +38,46 @@ def test_load_images_coil20(tmp_path, coil_dummy):
   np.testing.assert_array_equal(first_labels, labels[:3])
 
 
+def _race_lost_once(monkeypatch):
+  """The next `download_and_prepare` finds the dataset unprepared and then
+  raises FileExistsError, as when another run moved its copy into place
+  first."""
+  real = tfds.core.DatasetBuilder.is_prepared
+  raced = []
+
+  def is_prepared(self):
+    return real(self) if raced else False
+
+  def download_and_prepare(self, *args, **kwargs):
+    raced.append(self.name)
+    raise FileExistsError(f"Cannot rename ... {self.name} already exists.")
+  monkeypatch.setattr(tfds.core.DatasetBuilder, "is_prepared", is_prepared)
+  monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare",
+                      download_and_prepare)
+  return raced
+
+
+def test_load_images_uses_the_copy_a_concurrent_run_prepared(
+    tmp_path, coil_dummy, monkeypatch):
+  manual_dir, _ = coil_dummy["coil20"]
+  images, labels = data.load_images("coil20", data_dir=str(tmp_path),
+                                    manual_dir=manual_dir)
+  raced = _race_lost_once(monkeypatch)
+  again, again_labels = data.load_images("coil20", data_dir=str(tmp_path),
+                                         manual_dir=manual_dir)
+  assert raced == ["coil20"]
+  np.testing.assert_array_equal(again, images)
+  np.testing.assert_array_equal(again_labels, labels)
+
+
+def test_load_images_reraises_a_lost_race_without_a_copy(
+    tmp_path, coil_dummy, monkeypatch):
+  manual_dir, _ = coil_dummy["coil20"]
+  _race_lost_once(monkeypatch)
+  with pytest.raises(FileExistsError, match="already exists"):
+    data.load_images("coil20", data_dir=str(tmp_path), manual_dir=manual_dir)
+
+
 def test_load_images_coil100_from_a_manual_zip(tmp_path, coil_dummy):
   manual_dir, object_ids = coil_dummy["coil100"]
   assert data.builder_name("coil100", manual_dir) == "coil100_manual"
