@@ -141,8 +141,8 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
   """Returns the benchmark dict (see experiments/benchmark.py)."""
   train.seed_everything(config.seed)
   b = config.batch_size
-  x = tf.constant(images[:b])
-  y = tf.constant(labels[:b])
+  x = data.as_tensor(images[:b])
+  y = data.as_tensor(labels[:b])
   # A separate model, so the measurement leaves the timed one untouched.
   result_losses = fixed_batch_losses(
       train.build_model(config, images.shape[1:]), x, config)
