@@ -95,6 +95,11 @@ class Config:
   lambda_b: float = 1.0         # lambda_b = 1 for MNIST (section 4.2)
   # None: lambda_r, as the paper keeps it "unchanged" (section 3.4).
   cluster_lambda_r: Optional[float] = None
+  # What θ maximises for S in both stages: 0, L_c of eq. 7 (the paper);
+  # s > 0 (ours), the log-likelihood of S under a softmax over s times the
+  # cosines to the centroids (losses.assignment_log_likelihood), which
+  # also pushes each point away from the other centroids.
+  softmax_scale: float = 0.0
   # Algorithm 1's stop: end pre-training early when the epoch mean of L_d
   # moves less than this (0: always run pretrain_epochs).
   pretrain_tolerance: float = 0.0
@@ -134,7 +139,8 @@ class Config:
     non_negative = ("cluster1_iterations", "cluster2_iterations", "seed",
                     "vote_rounds",
                     "cluster_tolerance", "pretrain_tolerance", "lambda_r",
-                    "lambda_w", "lambda_b", "lambda_d_start", "lambda_d_end")
+                    "lambda_w", "lambda_b", "lambda_d_start", "lambda_d_end",
+                    "softmax_scale")
     for name in non_negative:
       if getattr(self, name) is not None and getattr(self, name) < 0:
         raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")

@@ -432,6 +432,44 @@ def clustering_objective(*, z, centroids, assignments):
   return tf.reduce_mean(tf.reduce_sum(normalize_rows(z) * mu, axis=-1))
 
 
+def assignment_log_likelihood(*, z, centroids, assignments, scale):
+  """Ours: mean log-probability of each point's assigned cluster under a
+  softmax over its scaled cosines to all centroids.
+
+    (1/|B|) Σ_i log softmax_k(s · μ_kᵀ z̃_i) at k = S_i
+
+  Like L_c (eq. 7) it is largest when every point lies on its centroid,
+  and its maximising S for fixed θ and μ is the same nearest-centroid
+  assignment; unlike L_c it also pushes a point away from the other
+  centroids, most from the nearest of them, so points assigned against
+  their nearest centroid get the largest gradient.
+
+  Args:
+    z: [B, D] float latent batch.
+    centroids: [K, D] float, unit rows.
+    assignments: [B] int cluster ids.
+    scale: s > 0, the inverse temperature of the softmax.
+
+  Returns:
+    Scalar float <= 0 (to be maximised).
+  """
+  _check_rank("z", z, 2)
+  logits = scale * tf.matmul(normalize_rows(z), centroids, transpose_b=True)
+  return -tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=tf.cast(assignments, tf.int32), logits=logits))
+
+
+def _fit_term(*, z, centroids, assignments, softmax_scale):
+  """(the term a stage maximises for S, L_c): L_c itself, or with
+  softmax_scale > 0 the assignment log-likelihood at that scale."""
+  l_c = clustering_objective(z=z, centroids=centroids, assignments=assignments)
+  if not softmax_scale:
+    return l_c, l_c
+  return assignment_log_likelihood(
+      z=z, centroids=centroids, assignments=assignments,
+      scale=softmax_scale), l_c
+
+
 def between_cluster_loss(*, z, assignments, num_clusters):
   """L_b of eq. 9: the largest mean |cosine| between two clusters.
 
@@ -485,30 +523,38 @@ def within_cluster_loss(*, z, assignments, num_clusters):
 
 
 def stage1_loss(*, x, z, x_hat, centroids, assignments, anchors, alpha,
-                lambda_d, lambda_r, ignore=None):
+                lambda_d, lambda_r, ignore=None, softmax_scale=0.0):
   """Stage I (eq. 8) as a loss to minimise: −L_c + λ_d L_d + λ_r L_r.
+
+  With softmax_scale s > 0 (ours), −L_c in the total is replaced by
+  −`assignment_log_likelihood` at scale s; the returned l_c is eq. 7's.
 
   Returns:
     (total, l_c, l_d, l_r) scalars.
   """
-  l_c = clustering_objective(z=z, centroids=centroids, assignments=assignments)
+  fit, l_c = _fit_term(z=z, centroids=centroids, assignments=assignments,
+                       softmax_scale=softmax_scale)
   l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha, ignore=ignore)
   l_r = reconstruction_loss(x=x, x_hat=x_hat)
-  return -l_c + lambda_d * l_d + lambda_r * l_r, l_c, l_d, l_r
+  return -fit + lambda_d * l_d + lambda_r * l_r, l_c, l_d, l_r
 
 
 def stage2_loss(*, x, z, x_hat, centroids, assignments, num_clusters,
-                lambda_w, lambda_b, lambda_r):
+                lambda_w, lambda_b, lambda_r, softmax_scale=0.0):
   """Stage II (eq. 11) as a loss to minimise: −L_c − λ_w L_w + λ_b L_b + λ_r L_r.
+
+  With softmax_scale s > 0 (ours), −L_c in the total is replaced by
+  −`assignment_log_likelihood` at scale s; the returned l_c is eq. 7's.
 
   Returns:
     (total, l_c, l_w, l_b, l_r) scalars.
   """
-  l_c = clustering_objective(z=z, centroids=centroids, assignments=assignments)
+  fit, l_c = _fit_term(z=z, centroids=centroids, assignments=assignments,
+                       softmax_scale=softmax_scale)
   l_w = within_cluster_loss(z=z, assignments=assignments,
                             num_clusters=num_clusters)
   l_b = between_cluster_loss(z=z, assignments=assignments,
                              num_clusters=num_clusters)
   l_r = reconstruction_loss(x=x, x_hat=x_hat)
-  return (-l_c - lambda_w * l_w + lambda_b * l_b + lambda_r * l_r,
+  return (-fit - lambda_w * l_w + lambda_b * l_b + lambda_r * l_r,
           l_c, l_w, l_b, l_r)

@@ -84,6 +84,8 @@ class DDLSC(keras.Model):
       can change it between outer iterations.
     lambda_w, lambda_b: weights of L_w and L_b in stage II (eq. 11).
     cluster_lambda_r: weight of L_r in both stages (default: lambda_r).
+    softmax_scale: 0 (the paper) trains θ on L_c in both stages; s > 0
+      (ours) on `losses.assignment_log_likelihood` at scale s instead.
     phase: which train step `fit` runs; one of `PHASES`.
     upsampled_conv: the decoder's layout (`networks.build_decoder`); False
       only for models saved before session 10, which `from_config` sets.
@@ -97,8 +99,8 @@ class DDLSC(keras.Model):
                knn_features="raw", augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
-               cluster_lambda_r=None, phase="pretrain", upsampled_conv=True,
-               **kwargs):
+               cluster_lambda_r=None, softmax_scale=0.0, phase="pretrain",
+               upsampled_conv=True, **kwargs):
     super().__init__(**kwargs)
     self.image_shape = tuple(int(s) for s in input_shape)
     self.encoder_filters = tuple(encoder_filters)
@@ -120,6 +122,9 @@ class DDLSC(keras.Model):
     self.lambda_b = float(lambda_b)
     self.cluster_lambda_r = float(
         lambda_r if cluster_lambda_r is None else cluster_lambda_r)
+    self.softmax_scale = float(softmax_scale)
+    if self.softmax_scale < 0:
+      raise ValueError(f"softmax_scale must be >= 0, got {softmax_scale}.")
     self.alpha = float(alpha)
     self.lambda_r = float(lambda_r)
     self.affine = augment_lib.Affine.parse(augment or ())
@@ -381,7 +386,7 @@ class DDLSC(keras.Model):
           x=x, z=z, x_hat=x_hat, centroids=self.centroids,
           assignments=assignments, anchors=anchors, alpha=self.alpha,
           lambda_d=self.lambda_d, lambda_r=self.cluster_lambda_r,
-          ignore=ignore)
+          ignore=ignore, softmax_scale=self.softmax_scale)
     return self._apply(tape, total, (total, l_c, l_d, l_r))
 
   def _cluster2_step(self, data):
@@ -393,7 +398,7 @@ class DDLSC(keras.Model):
           x=x, z=z, x_hat=x_hat, centroids=self.centroids,
           assignments=assignments, num_clusters=self.num_clusters,
           lambda_w=self.lambda_w, lambda_b=self.lambda_b,
-          lambda_r=self.cluster_lambda_r)
+          lambda_r=self.cluster_lambda_r, softmax_scale=self.softmax_scale)
     return self._apply(tape, total, (total, l_c, l_w, l_b, l_r))
 
   def get_config(self):
@@ -415,6 +420,7 @@ class DDLSC(keras.Model):
         lambda_w=self.lambda_w,
         lambda_b=self.lambda_b,
         cluster_lambda_r=self.cluster_lambda_r,
+        softmax_scale=self.softmax_scale,
         alpha=self.alpha,
         lambda_r=self.lambda_r,
         augment=None if self.affine is None else list(self.affine),
