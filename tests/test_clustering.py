@@ -79,6 +79,38 @@ def test_clustering_objective(batch, graph):
 
 
 @pytest.mark.parametrize("graph", [False, True])
+def test_assignment_log_likelihood(batch, graph):
+  z, s, mu = batch
+  got = _maybe_graph(lambda z, m, s: losses.assignment_log_likelihood(
+      z=z, centroids=m, assignments=s, scale=10.0), graph)(z, mu, s)
+  logits = 10.0 * _unit(z) @ mu.T
+  log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+  np.testing.assert_allclose(got.numpy(), log_p[np.arange(len(s)), s].mean(),
+                             rtol=1e-5)
+
+
+def test_assignment_log_likelihood_weighs_misassigned_points_most():
+  # Two points assigned to centroid 0: one near it, one near centroid 1.
+  # L_c's gradient is larger on the far point only through the angle; the
+  # log-likelihood's nearly vanishes on the near point, so the ratio of
+  # the far point's gradient to the near one's is far larger.
+  mu = np.eye(3, dtype=np.float32)
+  z = tf.Variable([[1.0, 0.1, 0.0], [0.3, 1.0, 0.0]])
+  s = np.array([0, 0], np.int32)
+  ratio = {}
+  for name, fn in (("l_c", lambda: losses.clustering_objective(
+      z=z, centroids=mu, assignments=s)),
+                   ("ll", lambda: losses.assignment_log_likelihood(
+                       z=z, centroids=mu, assignments=s, scale=10.0))):
+    with tf.GradientTape() as tape:
+      value = fn()
+    norms = np.linalg.norm(tape.gradient(value, z).numpy(), axis=1)
+    ratio[name] = norms[1] / norms[0]
+  assert ratio["l_c"] > 1.0
+  assert ratio["ll"] > 10 * ratio["l_c"], ratio
+
+
+@pytest.mark.parametrize("graph", [False, True])
 def test_between_and_within_losses(batch, graph):
   z, s, _ = batch
   l_b = _maybe_graph(lambda z, s: losses.between_cluster_loss(
@@ -112,6 +144,28 @@ def test_stage_losses_combine_terms(batch):
                              rtol=1e-5)
 
 
+def test_stage_losses_with_softmax_scale_swap_only_the_fit_term(batch):
+  z, s, mu = batch
+  x = np.random.default_rng(2).random((20, 4, 4, 1)).astype(np.float32)
+  anchors = np.zeros((20, 20), bool)
+  anchors[0, 1] = anchors[1, 0] = True
+  ll = float(losses.assignment_log_likelihood(z=z, centroids=mu,
+                                              assignments=s, scale=10.0))
+  l_c_paper = float(losses.clustering_objective(z=z, centroids=mu,
+                                                assignments=s))
+  total, l_c, l_d, l_r = losses.stage1_loss(
+      x=x, z=z, x_hat=x * 0.5, centroids=mu, assignments=s, anchors=anchors,
+      alpha=0.1, lambda_d=2.0, lambda_r=0.1, softmax_scale=10.0)
+  np.testing.assert_allclose(l_c, l_c_paper, rtol=1e-6)  # still eq. 7's
+  np.testing.assert_allclose(total, -ll + 2.0 * l_d + 0.1 * l_r, rtol=1e-5)
+  total, l_c, l_w, l_b, l_r = losses.stage2_loss(
+      x=x, z=z, x_hat=x * 0.5, centroids=mu, assignments=s, num_clusters=K,
+      lambda_w=0.3, lambda_b=1.0, lambda_r=0.1, softmax_scale=10.0)
+  np.testing.assert_allclose(l_c, l_c_paper, rtol=1e-6)
+  np.testing.assert_allclose(total, -ll - 0.3 * l_w + l_b + 0.1 * l_r,
+                             rtol=1e-5)
+
+
 def _clustering_model():
   keras.utils.set_random_seed(0)
   config = configs.TINY.replace(knn_k=3, num_clusters=K)
@@ -119,10 +173,12 @@ def _clustering_model():
   return model, config
 
 
+@pytest.mark.parametrize("softmax_scale", [0.0, 10.0])
 @pytest.mark.parametrize("phase", ["cluster1", "cluster2"])
-def test_stage_steps_lower_their_objective(phase, make_blobs):
+def test_stage_steps_lower_their_objective(phase, softmax_scale, make_blobs):
   x, labels = make_blobs()
   model, config = _clustering_model()
+  model.softmax_scale = softmax_scale
   model.centroids.assign(
       _unit(np.random.default_rng(0).normal(size=(K, 60))).astype(
           np.float32))
