@@ -438,11 +438,12 @@ def assignment_log_likelihood(*, z, centroids, assignments, scale):
 
     (1/|B|) Σ_i log softmax_k(s · μ_kᵀ z̃_i) at k = S_i
 
-  Like L_c (eq. 7) it is largest when every point lies on its centroid,
-  and its maximising S for fixed θ and μ is the same nearest-centroid
+  Like L_c (eq. 7) it rewards each point for lying near its centroid, and
+  its maximising S for fixed θ and μ is the same nearest-centroid
   assignment; unlike L_c it also pushes a point away from the other
-  centroids, most from the nearest of them, so points assigned against
-  their nearest centroid get the largest gradient.
+  centroids in proportion to their softmax weight, so the gradient
+  vanishes on points far nearer their own centroid than any other and is
+  largest on points assigned against their nearest centroid.
 
   Args:
     z: [B, D] float latent batch.
