@@ -55,6 +55,10 @@ class Config:
   # image's assignment).
   augment_fraction: float = 1.0
   augment_phases: Tuple[str, ...] = ("pretrain",)
+  # Ours: False runs the decoder on the batch's own images only (L_r leaves
+  # the copies out; L_d and the clustering terms still see them), a
+  # cheaper step. True: the copies are reconstructed too.
+  reconstruct_copies: bool = True
   # Ours: before every embedding (evaluation, assignments, saving), set the
   # batch-norm moving statistics to their values over the data
   # (model.recalibrate_batch_norm). The moving averages have a time

@@ -358,9 +358,10 @@ def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r, ignore=None):
   """Objective of eq. 6: L_d(Z) + λ L_r(X, X̂).
 
   Args:
-    x: [B, H, W, C] float inputs.
+    x: [B', H, W, C] float inputs the decoder reconstructed: all B rows of
+      z, or (B' < B) only its first rows, the batch without its copies.
     z: [B, D] float latent batch.
-    x_hat: [B, H, W, C] float reconstructions.
+    x_hat: [B', H, W, C] float reconstructions.
     anchors: [B, B] bool anchor mask.
     alpha: float in [0, 1).
     lambda_r: float >= 0, weight λ of the reconstruction loss.
@@ -530,6 +531,8 @@ def stage1_loss(*, x, z, x_hat, centroids, assignments, anchors, alpha,
   With softmax_scale s > 0 (ours), −L_c in the total is replaced by
   −`assignment_log_likelihood` at scale s; the returned l_c is eq. 7's.
 
+  x and x_hat may hold fewer rows than z, as in `pretrain_loss`.
+
   Returns:
     (total, l_c, l_d, l_r) scalars.
   """
@@ -546,6 +549,8 @@ def stage2_loss(*, x, z, x_hat, centroids, assignments, num_clusters,
 
   With softmax_scale s > 0 (ours), −L_c in the total is replaced by
   −`assignment_log_likelihood` at scale s; the returned l_c is eq. 7's.
+
+  x and x_hat may hold fewer rows than z, as in `pretrain_loss`.
 
   Returns:
     (total, l_c, l_w, l_b, l_r) scalars.

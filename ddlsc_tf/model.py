@@ -77,6 +77,10 @@ class DDLSC(keras.Model):
       pair is one; in the clustering stages a copy also takes its image's
       assignment, so L_c (and in stage II L_w, L_b) treat it as a member of
       that cluster.
+    reconstruct_copies: if False, the decoder runs on the batch's own
+      images only and L_r compares them alone; the copies shape the latent
+      through L_d and the clustering terms (ours: a cheaper step). True:
+      every row, copies included, is reconstructed.
     seed: seed of the copies' random maps (a step's maps depend on it and
       on the optimizer's step count only).
     num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
@@ -97,7 +101,7 @@ class DDLSC(keras.Model):
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
                knn_features="raw", augment=None, augment_fraction=1.0,
-               augment_phases=("pretrain",), seed=0,
+               augment_phases=("pretrain",), reconstruct_copies=True, seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
                cluster_lambda_r=None, softmax_scale=0.0, phase="pretrain",
                upsampled_conv=True, **kwargs):
@@ -133,6 +137,7 @@ class DDLSC(keras.Model):
       raise ValueError(f"augment_fraction must be in (0, 1], got "
                        f"{self.augment_fraction}.")
     self.augment_phases = tuple(augment_phases)
+    self.reconstruct_copies = bool(reconstruct_copies)
     unknown = set(self.augment_phases) - set(self.PHASES)
     if unknown:
       raise ValueError(f"augment_phases {sorted(unknown)} unknown; expected "
@@ -364,26 +369,39 @@ class DDLSC(keras.Model):
                                else tf.gather(assignments, index)], axis=0)
     return x, anchors, ignore, assignments
 
+  def _forward(self, x, originals):
+    """(z, x̂, the images x̂ reconstructs): z for every row of x (the batch
+    and any copies after it); x̂ for every row, or for the first
+    `originals` rows (the batch's own images) when the copies are not
+    reconstructed."""
+    z = self.encoder(x, training=True)
+    if not self.reconstruct_copies:
+      x = x[:originals]
+      return z, self.decoder(z[:originals], training=True), x
+    return z, self.decoder(z, training=True), x
+
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
+    b = tf.shape(x)[0]
     anchors, ignore = self._anchors(x)
     x, anchors, ignore, _ = self._with_copies(x, anchors, ignore)
     with tf.GradientTape() as tape:
-      z, x_hat = self(x, training=True)
+      z, x_hat, target = self._forward(x, b)
       total, l_d, l_r = losses.pretrain_loss(
-          x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
+          x=target, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
           lambda_r=self.lambda_r, ignore=ignore)
     return self._apply(tape, total, (total, l_d, l_r))
 
   def _cluster1_step(self, data):
     x, _, assignments = data
+    b = tf.shape(x)[0]
     anchors, ignore = self._anchors(x)
     x, anchors, ignore, assignments = self._with_copies(
         x, anchors, ignore, assignments)
     with tf.GradientTape() as tape:
-      z, x_hat = self(x, training=True)
+      z, x_hat, target = self._forward(x, b)
       total, l_c, l_d, l_r = losses.stage1_loss(
-          x=x, z=z, x_hat=x_hat, centroids=self.centroids,
+          x=target, z=z, x_hat=x_hat, centroids=self.centroids,
           assignments=assignments, anchors=anchors, alpha=self.alpha,
           lambda_d=self.lambda_d, lambda_r=self.cluster_lambda_r,
           ignore=ignore, softmax_scale=self.softmax_scale)
@@ -391,11 +409,12 @@ class DDLSC(keras.Model):
 
   def _cluster2_step(self, data):
     x, _, assignments = data
+    b = tf.shape(x)[0]
     x, _, _, assignments = self._with_copies(x, None, None, assignments)
     with tf.GradientTape() as tape:
-      z, x_hat = self(x, training=True)
+      z, x_hat, target = self._forward(x, b)
       total, l_c, l_w, l_b, l_r = losses.stage2_loss(
-          x=x, z=z, x_hat=x_hat, centroids=self.centroids,
+          x=target, z=z, x_hat=x_hat, centroids=self.centroids,
           assignments=assignments, num_clusters=self.num_clusters,
           lambda_w=self.lambda_w, lambda_b=self.lambda_b,
           lambda_r=self.cluster_lambda_r, softmax_scale=self.softmax_scale)
@@ -426,6 +445,7 @@ class DDLSC(keras.Model):
         augment=None if self.affine is None else list(self.affine),
         augment_fraction=self.augment_fraction,
         augment_phases=list(self.augment_phases),
+        reconstruct_copies=self.reconstruct_copies,
         seed=self.seed,
         phase=self.phase,
         upsampled_conv=self.upsampled_conv,

@@ -56,6 +56,7 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       augment=config.augment,
       augment_fraction=config.augment_fraction,
       augment_phases=config.augment_phases,
+      reconstruct_copies=config.reconstruct_copies,
       seed=config.seed)
 
 
