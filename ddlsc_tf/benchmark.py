@@ -56,13 +56,15 @@ class ReconOnlyDDLSC(model_lib.DDLSC):
   run through the same Keras train function, trackers and optimizer type as
   the pre-training step: the two differ only by L_d and the kNN/anchors.
   Where pre-training adds copies, both run the network on the batch and
-  its copies (the model's own `_with_copies` decides)."""
+  its copies, the decoder on the rows the model reconstructs (its own
+  `_with_copies` and `_forward` decide)."""
 
   def _pretrain_step(self, data):
+    b = tf.shape(data[0])[0]
     x, _, _, _ = self._with_copies(data[0], None, None)
     with tf.GradientTape() as tape:
-      _, x_hat = self(x, training=True)
-      l_r = losses.reconstruction_loss(x=x, x_hat=x_hat)
+      _, x_hat, target = self._forward(x, b)
+      l_r = losses.reconstruction_loss(x=target, x_hat=x_hat)
     return self._apply(tape, l_r, (l_r, l_r, l_r))
 
 

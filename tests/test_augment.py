@@ -214,3 +214,66 @@ def test_augmented_steps_are_reproducible(make_blobs):
     weights.append(model.get_weights())
   for a, b in zip(*weights, strict=True):
     np.testing.assert_array_equal(a, b)
+
+
+def _copies_model(**overrides):
+  keras.utils.set_random_seed(0)
+  config = configs.TINY.replace(**{
+      "knn_k": 3, "num_clusters": 3, "augment": (10.0, 0.1, 0.1, 1.0),
+      "augment_phases": ("pretrain", "cluster1", "cluster2"), **overrides})
+  model = train.build_model(config, (28, 28, 1))
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  return model
+
+
+@pytest.mark.parametrize("reconstruct_copies", [True, False])
+def test_the_decoder_skips_the_copies_when_asked(reconstruct_copies,
+                                                 make_blobs):
+  x, _ = make_blobs()
+  x = tf.constant(x[:8])
+  model = _copies_model(reconstruct_copies=reconstruct_copies)
+  stacked, _, _, _ = model._with_copies(x, None, None)  # pylint: disable=protected-access
+  z, x_hat, target = model._forward(stacked, 8)  # pylint: disable=protected-access
+  rows = 16 if reconstruct_copies else 8
+  assert z.shape[0] == 16 and x_hat.shape[0] == rows
+  np.testing.assert_array_equal(target, stacked[:rows])
+  clone = type(model).from_config(model.get_config())
+  assert clone.reconstruct_copies is reconstruct_copies
+
+
+@pytest.mark.parametrize("phase", ["pretrain", "cluster1", "cluster2"])
+def test_without_copies_reconstruct_copies_changes_nothing(phase, make_blobs):
+  # No copies in any phase: both settings run the same step.
+  x, labels = make_blobs()
+  logs = []
+  for reconstruct_copies in (True, False):
+    model = _copies_model(reconstruct_copies=reconstruct_copies,
+                          augment=())
+    model.centroids.assign(tf.math.l2_normalize(
+        tf.random.stateless_normal([3, model.latent_dim], seed=[0, 0]), 1))
+    assignments = losses.assign_clusters(model.embed(x), model.centroids)
+    model.phase = phase
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    ds = tf.data.Dataset.from_tensors((x, labels, assignments))
+    logs.append(model.fit(ds, epochs=3, verbose=0).history)
+  # The same up to float round-off (slicing z reorders a gradient sum).
+  assert logs[0].keys() == logs[1].keys()
+  for key in logs[0]:
+    np.testing.assert_allclose(logs[0][key], logs[1][key], rtol=1e-5)
+
+
+@pytest.mark.parametrize("phase", ["pretrain", "cluster1", "cluster2"])
+def test_steps_without_reconstructed_copies_lower_their_objective(
+    phase, make_blobs):
+  x, labels = make_blobs()
+  model = _copies_model(reconstruct_copies=False)
+  model.centroids.assign(tf.math.l2_normalize(
+      tf.random.stateless_normal([3, model.latent_dim], seed=[0, 0]), 1))
+  assignments = losses.assign_clusters(model.embed(x), model.centroids)
+  model.phase = phase
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  ds = tf.data.Dataset.from_tensors((x, labels, assignments))
+  history = model.fit(ds, epochs=30, verbose=0).history
+  first, last = history[f"{phase}/loss"][0], history[f"{phase}/loss"][-1]
+  assert np.isfinite(history[f"{phase}/l_r"]).all()
+  assert last < first - 0.05, (first, last)
