@@ -351,11 +351,14 @@ class DDLSC(keras.Model):
                                        seed=seed)
     return tf.concat([x, copies], axis=0), index
 
+  def _adds_copies(self):
+    return self.affine is not None and self.phase in self.augment_phases
+
   def _with_copies(self, x, anchors, ignore, assignments=None):
     """x, its masks and assignments, with the copies appended when the
     model augments in the current phase. A copy takes its image's
     assignment; the kNN-neutral mask leaves no copy pair out."""
-    if self.affine is None or self.phase not in self.augment_phases:
+    if not self._adds_copies():
       return x, anchors, ignore, assignments
     b = tf.shape(x)[0]
     x, index = self._stack_copies(x)
@@ -375,10 +378,9 @@ class DDLSC(keras.Model):
     `originals` rows (the batch's own images) when the copies are not
     reconstructed."""
     z = self.encoder(x, training=True)
-    if not self.reconstruct_copies:
-      x = x[:originals]
-      return z, self.decoder(z[:originals], training=True), x
-    return z, self.decoder(z, training=True), x
+    if self.reconstruct_copies or not self._adds_copies():
+      return z, self.decoder(z, training=True), x
+    return z, self.decoder(z[:originals], training=True), x[:originals]
 
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
