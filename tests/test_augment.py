@@ -226,6 +226,18 @@ def _copies_model(**overrides):
   return model
 
 
+def _fit_phase(model, x, labels, phase, epochs):
+  """History of `epochs` steps of `phase` on the whole of x, with random
+  centroids and S by nearest centroid."""
+  model.centroids.assign(tf.math.l2_normalize(
+      tf.random.stateless_normal([3, model.latent_dim], seed=[0, 0]), 1))
+  assignments = losses.assign_clusters(model.embed(x), model.centroids)
+  model.phase = phase
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  ds = tf.data.Dataset.from_tensors((x, labels, assignments))
+  return model.fit(ds, epochs=epochs, verbose=0).history
+
+
 @pytest.mark.parametrize("reconstruct_copies", [True, False])
 def test_the_decoder_skips_the_copies_when_asked(reconstruct_copies,
                                                  make_blobs):
@@ -249,13 +261,7 @@ def test_without_copies_reconstruct_copies_changes_nothing(phase, make_blobs):
   for reconstruct_copies in (True, False):
     model = _copies_model(reconstruct_copies=reconstruct_copies,
                           augment=())
-    model.centroids.assign(tf.math.l2_normalize(
-        tf.random.stateless_normal([3, model.latent_dim], seed=[0, 0]), 1))
-    assignments = losses.assign_clusters(model.embed(x), model.centroids)
-    model.phase = phase
-    model.compile(optimizer=keras.optimizers.Adam(1e-2))
-    ds = tf.data.Dataset.from_tensors((x, labels, assignments))
-    logs.append(model.fit(ds, epochs=3, verbose=0).history)
+    logs.append(_fit_phase(model, x, labels, phase, epochs=3))
   assert logs[0] == logs[1]
 
 
@@ -263,14 +269,8 @@ def test_without_copies_reconstruct_copies_changes_nothing(phase, make_blobs):
 def test_steps_without_reconstructed_copies_lower_their_objective(
     phase, make_blobs):
   x, labels = make_blobs()
-  model = _copies_model(reconstruct_copies=False)
-  model.centroids.assign(tf.math.l2_normalize(
-      tf.random.stateless_normal([3, model.latent_dim], seed=[0, 0]), 1))
-  assignments = losses.assign_clusters(model.embed(x), model.centroids)
-  model.phase = phase
-  model.compile(optimizer=keras.optimizers.Adam(1e-2))
-  ds = tf.data.Dataset.from_tensors((x, labels, assignments))
-  history = model.fit(ds, epochs=30, verbose=0).history
+  history = _fit_phase(_copies_model(reconstruct_copies=False), x, labels,
+                       phase, epochs=30)
   first, last = history[f"{phase}/loss"][0], history[f"{phase}/loss"][-1]
   assert np.isfinite(history[f"{phase}/l_r"]).all()
   assert last < first - 0.05, (first, last)
