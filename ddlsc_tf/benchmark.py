@@ -60,10 +60,9 @@ class ReconOnlyDDLSC(model_lib.DDLSC):
   `_with_copies` and `_forward` decide)."""
 
   def _pretrain_step(self, data):
-    b = tf.shape(data[0])[0]
-    x, _, _, _ = self._with_copies(data[0], None, None)
+    stacked, _, _, _ = self._with_copies(data[0], None, None)
     with tf.GradientTape() as tape:
-      _, x_hat, target = self._forward(x, b)
+      _, x_hat, target = self._forward(stacked, data[0])
       l_r = losses.reconstruction_loss(x=target, x_hat=x_hat)
     return self._apply(tape, l_r, (l_r, l_r, l_r))
 

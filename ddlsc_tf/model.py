@@ -373,22 +373,22 @@ class DDLSC(keras.Model):
     return x, anchors, ignore, assignments
 
   def _forward(self, x, originals):
-    """(z, x̂, the images x̂ reconstructs): z for every row of x (the batch
-    and any copies after it); x̂ for every row, or for the first
-    `originals` rows (the batch's own images) when the copies are not
+    """(z, x̂, the images x̂ reconstructs) for x, the batch `originals`
+    with any copies `_with_copies` appended: z for every row; x̂ for every
+    row, or for the batch's own images when the copies are not
     reconstructed."""
     z = self.encoder(x, training=True)
     if self.reconstruct_copies or not self._adds_copies():
       return z, self.decoder(z, training=True), x
-    return z, self.decoder(z[:originals], training=True), x[:originals]
+    b = tf.shape(originals)[0]
+    return z, self.decoder(z[:b], training=True), originals
 
   def _pretrain_step(self, data):
     x = data[0] if isinstance(data, (tuple, list)) else data
-    b = tf.shape(x)[0]
     anchors, ignore = self._anchors(x)
-    x, anchors, ignore, _ = self._with_copies(x, anchors, ignore)
+    stacked, anchors, ignore, _ = self._with_copies(x, anchors, ignore)
     with tf.GradientTape() as tape:
-      z, x_hat, target = self._forward(x, b)
+      z, x_hat, target = self._forward(stacked, x)
       total, l_d, l_r = losses.pretrain_loss(
           x=target, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
           lambda_r=self.lambda_r, ignore=ignore)
@@ -396,12 +396,11 @@ class DDLSC(keras.Model):
 
   def _cluster1_step(self, data):
     x, _, assignments = data
-    b = tf.shape(x)[0]
     anchors, ignore = self._anchors(x)
-    x, anchors, ignore, assignments = self._with_copies(
+    stacked, anchors, ignore, assignments = self._with_copies(
         x, anchors, ignore, assignments)
     with tf.GradientTape() as tape:
-      z, x_hat, target = self._forward(x, b)
+      z, x_hat, target = self._forward(stacked, x)
       total, l_c, l_d, l_r = losses.stage1_loss(
           x=target, z=z, x_hat=x_hat, centroids=self.centroids,
           assignments=assignments, anchors=anchors, alpha=self.alpha,
@@ -411,10 +410,10 @@ class DDLSC(keras.Model):
 
   def _cluster2_step(self, data):
     x, _, assignments = data
-    b = tf.shape(x)[0]
-    x, _, _, assignments = self._with_copies(x, None, None, assignments)
+    stacked, _, _, assignments = self._with_copies(x, None, None,
+                                                   assignments)
     with tf.GradientTape() as tape:
-      z, x_hat, target = self._forward(x, b)
+      z, x_hat, target = self._forward(stacked, x)
       total, l_c, l_w, l_b, l_r = losses.stage2_loss(
           x=target, z=z, x_hat=x_hat, centroids=self.centroids,
           assignments=assignments, num_clusters=self.num_clusters,

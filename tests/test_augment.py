@@ -245,7 +245,7 @@ def test_the_decoder_skips_the_copies_when_asked(reconstruct_copies,
   x = tf.constant(x[:8])
   model = _copies_model(reconstruct_copies=reconstruct_copies)
   stacked, _, _, _ = model._with_copies(x, None, None)  # pylint: disable=protected-access
-  z, x_hat, target = model._forward(stacked, 8)  # pylint: disable=protected-access
+  z, x_hat, target = model._forward(stacked, x)  # pylint: disable=protected-access
   rows = 16 if reconstruct_copies else 8
   assert z.shape[0] == 16 and x_hat.shape[0] == rows
   np.testing.assert_array_equal(target, stacked[:rows])
