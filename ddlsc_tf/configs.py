@@ -59,6 +59,10 @@ class Config:
   # the copies out; L_d and the clustering terms still see them), a
   # cheaper step. True: the copies are reconstructed too.
   reconstruct_copies: bool = True
+  # Ours: each copy also takes its original's anchors (for an anchor pair
+  # (a, b): (a', b), (a, b') and (a', b')), as it shares the original's
+  # cluster; False: a copy's one anchor is its original.
+  copies_share_anchors: bool = False
   # Ours: before every embedding (evaluation, assignments, saving), set the
   # batch-norm moving statistics to their values over the data
   # (model.recalibrate_batch_norm). The moving averages have a time

@@ -248,19 +248,23 @@ def anchor_mask(x, *, k, anchor_fraction, selection="similarity",
   return (anchors, knn.graph) if return_graph else anchors
 
 
-def with_copy_anchors(anchors, index=None):
+def with_copy_anchors(anchors, index=None, *, share=False):
   """The anchor mask of a batch followed by augmented copies of its images.
 
   For the stacked batch [X; X'] where X'_j is an augmented copy of
   X_{index_j} (`augment.random_affine`): X's own anchors, plus every pair
-  (x_{index_j}, x'_j) both ways. A copy has no other anchor, so it is
-  pushed away from everything but its original, as any non-anchor pair of
-  eq. 5.
+  (x_{index_j}, x'_j) both ways. Without `share` a copy has no other
+  anchor, so it is pushed away from everything but its original, as any
+  non-anchor pair of eq. 5. With `share` (ours) a copy also takes its
+  original's anchors: for every anchor (x_a, x_b) the pairs (x'_a, x_b),
+  (x_a, x'_b) and (x'_a, x'_b) are anchors too, as a copy shares its
+  original's cluster.
 
   Args:
     anchors: [B, B] bool anchor mask of X (symmetric, no diagonal).
     index: [M] int, which image of X each copy was made from (distinct
       values in [0, B)); None: one copy of every image, in order (M = B).
+    share: whether the copies take their originals' anchors.
 
   Returns:
     [B+M, B+M] bool anchors, symmetric, False on the diagonal.
@@ -269,10 +273,19 @@ def with_copy_anchors(anchors, index=None):
   b = tf.shape(anchors)[0]
   if index is None:
     pairs = tf.eye(b, dtype=tf.bool)
+    index = tf.range(b)
   else:
     _check_rank("index", index, 1)
-    pairs = tf.equal(tf.range(b)[:, None],
-                     tf.cast(index, tf.int32)[None, :])  # [B, M]
+    index = tf.cast(index, tf.int32)
+    pairs = tf.equal(tf.range(b)[:, None], index[None, :])  # [B, M]
+  if share:
+    # Row u of the stacked batch is (a copy of) image origin[u] of X.
+    origin = tf.concat([tf.range(b), index], axis=0)
+    shared = tf.gather(tf.gather(anchors, origin), origin, axis=1)
+    n = tf.shape(origin)[0]
+    same = tf.logical_and(tf.equal(origin[:, None], origin[None, :]),
+                          tf.logical_not(tf.eye(n, dtype=tf.bool)))
+    return tf.logical_or(tf.cast(shared, tf.bool), same)
   m = tf.shape(pairs)[1]
   return tf.concat(
       [tf.concat([anchors, pairs], axis=1),

@@ -81,6 +81,9 @@ class DDLSC(keras.Model):
       images only and L_r compares them alone; the copies shape the latent
       through L_d and the clustering terms (ours: a cheaper step). True:
       every row, copies included, is reconstructed.
+    copies_share_anchors: if True, each copy also takes its image's
+      anchors (`losses.with_copy_anchors(share=True)`; ours); False: a
+      copy's one anchor is its image.
     seed: seed of the copies' random maps (a step's maps depend on it and
       on the optimizer's step count only).
     num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
@@ -101,7 +104,8 @@ class DDLSC(keras.Model):
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
                knn_features="raw", augment=None, augment_fraction=1.0,
-               augment_phases=("pretrain",), reconstruct_copies=True, seed=0,
+               augment_phases=("pretrain",), reconstruct_copies=True,
+               copies_share_anchors=False, seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
                cluster_lambda_r=None, softmax_scale=0.0, phase="pretrain",
                upsampled_conv=True, **kwargs):
@@ -138,6 +142,7 @@ class DDLSC(keras.Model):
                        f"{self.augment_fraction}.")
     self.augment_phases = tuple(augment_phases)
     self.reconstruct_copies = bool(reconstruct_copies)
+    self.copies_share_anchors = bool(copies_share_anchors)
     unknown = set(self.augment_phases) - set(self.PHASES)
     if unknown:
       raise ValueError(f"augment_phases {sorted(unknown)} unknown; expected "
@@ -366,7 +371,8 @@ class DDLSC(keras.Model):
     if ignore is not None:
       ignore = tf.pad(ignore, [[0, m], [0, m]], constant_values=False)
     if anchors is not None:
-      anchors = losses.with_copy_anchors(anchors, index)
+      anchors = losses.with_copy_anchors(
+          anchors, index, share=self.copies_share_anchors)
     if assignments is not None:
       assignments = tf.concat([assignments, assignments if index is None
                                else tf.gather(assignments, index)], axis=0)
@@ -447,6 +453,7 @@ class DDLSC(keras.Model):
         augment_fraction=self.augment_fraction,
         augment_phases=list(self.augment_phases),
         reconstruct_copies=self.reconstruct_copies,
+        copies_share_anchors=self.copies_share_anchors,
         seed=self.seed,
         phase=self.phase,
         upsampled_conv=self.upsampled_conv,

@@ -94,6 +94,52 @@ def test_copy_anchors(graph, index):
       fn(tf.constant(a), tf.range(b)), fn(tf.constant(a)))
 
 
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("index", [None, [4, 0, 2]])
+def test_copies_share_their_images_anchors(graph, index):
+  rng = np.random.default_rng(3)
+  b = 6
+  a = rng.uniform(size=(b, b)) < 0.3
+  a = (a | a.T) & ~np.eye(b, dtype=bool)
+  fn = tf.function(losses.with_copy_anchors) if graph else (
+      losses.with_copy_anchors)
+  rows = np.arange(b) if index is None else np.array(index)
+  stacked = fn(tf.constant(a), None if index is None else tf.constant(rows),
+               share=True).numpy()
+  # Every row that is image i or a copy of it stands for i.
+  stands_for = {i: [i] + [b + j for j in np.flatnonzero(rows == i)]
+                for i in range(b)}
+  expected = np.zeros((b + len(rows),) * 2, bool)
+  for i in range(b):
+    for j in range(b):
+      if a[i, j] or i == j:
+        for u in stands_for[i]:
+          for v in stands_for[j]:
+            expected[u, v] = u != v
+  np.testing.assert_array_equal(stacked, expected)
+  # The originals' block is their own mask; without share, a copy has one.
+  np.testing.assert_array_equal(stacked[:b, :b], a)
+  assert stacked.sum() > fn(
+      tf.constant(a), None if index is None else tf.constant(rows)
+  ).numpy().sum()
+
+
+def test_the_model_shares_anchors_when_asked(make_blobs):
+  x, _ = make_blobs()
+  config = configs.TINY.replace(knn_k=3, augment=(10.0, 0.1, 0.1, 1.0),
+                                copies_share_anchors=True)
+  model = train.build_model(config, (28, 28, 1))
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  x = tf.constant(x[:16])
+  # pylint: disable=protected-access
+  anchors, ignore = model._anchors(x)
+  _, shared, _, _ = model._with_copies(x, anchors, ignore)
+  np.testing.assert_array_equal(
+      shared, losses.with_copy_anchors(anchors, share=True))
+  clone = type(model).from_config(model.get_config())
+  assert clone.copies_share_anchors
+
+
 def test_a_fraction_of_the_batch_gets_copies(make_blobs):
   x, _ = make_blobs()
   # A zero map: each copy equals the image it was made from.
