@@ -35,6 +35,9 @@ class Config:
   pools: Tuple[bool, ...] = (True, True, True)
   anchor_selection: str = "similarity"
   knn_neutral: bool = False
+  # Ours: pairs joined by a path of at most this many anchor pairs are
+  # anchors too (losses.extend_anchors); 1: the paper's kNN anchors.
+  anchor_hops: int = 1
   # What the kNN graph compares: "raw" images (the paper) or "smoothed"
   # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
   knn_features: str = "raw"
@@ -181,6 +184,8 @@ class Config:
     if self.cluster_init not in ("kmeans", "spectral"):
       raise ValueError(f"cluster_init must be 'kmeans' or 'spectral', got "
                        f"{self.cluster_init!r}.")
+    if self.anchor_hops < 1:
+      raise ValueError(f"anchor_hops must be >= 1, got {self.anchor_hops}.")
     if self.knn_features not in ("raw", "smoothed"):
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")

@@ -81,6 +81,8 @@ class DDLSC(keras.Model):
       images only and L_r compares them alone; the copies shape the latent
       through L_d and the clustering terms (ours: a cheaper step). True:
       every row, copies included, is reconstructed.
+    anchor_hops: pairs joined by a path of at most this many anchor pairs
+      are anchors (`losses.extend_anchors`; ours); 1: the kNN anchors.
     copies_share_anchors: if True, each copy also takes its image's
       anchors (`losses.with_copy_anchors(share=True)`; ours); False: a
       copy's one anchor is its image.
@@ -103,6 +105,7 @@ class DDLSC(keras.Model):
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
+               anchor_hops=1,
                knn_features="raw", augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), reconstruct_copies=True,
                copies_share_anchors=False, seed=0,
@@ -121,6 +124,9 @@ class DDLSC(keras.Model):
     self.anchor_fraction = float(anchor_fraction)
     self.anchor_selection = anchor_selection
     self.knn_neutral = bool(knn_neutral)
+    self.anchor_hops = int(anchor_hops)
+    if self.anchor_hops < 1:
+      raise ValueError(f"anchor_hops must be >= 1, got {anchor_hops}.")
     if knn_features not in losses.KNN_FEATURES:
       raise ValueError(f"unknown knn_features {knn_features!r}; expected "
                        f"one of {losses.KNN_FEATURES}.")
@@ -326,6 +332,7 @@ class DDLSC(keras.Model):
         losses.knn_features(x, features=self.knn_features), k=self.knn_k,
         anchor_fraction=self.anchor_fraction,
         selection=self.anchor_selection, return_graph=True)
+    anchors = losses.extend_anchors(anchors, hops=self.anchor_hops)
     return anchors, (graph if self.knn_neutral else None)
 
   def _apply(self, tape, total, values):
@@ -440,6 +447,7 @@ class DDLSC(keras.Model):
         anchor_fraction=self.anchor_fraction,
         anchor_selection=self.anchor_selection,
         knn_neutral=self.knn_neutral,
+        anchor_hops=self.anchor_hops,
         knn_features=self.knn_features,
         num_clusters=self.num_clusters,
         lambda_d=float(self.lambda_d.numpy()),

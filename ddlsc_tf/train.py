@@ -50,6 +50,7 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       anchor_fraction=config.anchor_fraction,
       anchor_selection=config.anchor_selection,
       knn_neutral=config.knn_neutral,
+      anchor_hops=config.anchor_hops,
       knn_features=config.knn_features,
       alpha=config.alpha,
       lambda_r=config.lambda_r,

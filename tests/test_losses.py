@@ -308,3 +308,35 @@ def test_snn_selection_keeps_pairs_with_most_shared_neighbours(rng):
                          selection="snn").numpy()
   assert a.any()
   assert shared[a].min() >= shared[g & ~a].max()
+
+
+def _hops_ref(anchors, hops):
+  """Pairs within `hops` anchor steps, by breadth-first search per image."""
+  b = len(anchors)
+  reach = np.zeros((b, b), bool)
+  for i in range(b):
+    frontier, seen = {i}, {i}
+    for _ in range(hops):
+      frontier = {j for f in frontier for j in np.flatnonzero(anchors[f])}
+      frontier -= seen
+      seen |= frontier
+    reach[i, sorted(seen - {i})] = True
+  return reach
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_extend_anchors_matches_a_path_search(rng, graph, hops):
+  x = rng.normal(size=(40, 6)).astype(np.float32)
+  anchors = losses.anchor_mask(tf.constant(x), k=3, anchor_fraction=0.5)
+  got = _run(losses.extend_anchors, graph, anchors=anchors, hops=hops)
+  want = _hops_ref(anchors.numpy(), hops)
+  np.testing.assert_array_equal(got.numpy(), want)
+  assert not np.diag(want).any() and (want == want.T).all()
+  if hops > 1:  # the search must reach further than the anchors themselves
+    assert want.sum() > anchors.numpy().sum()
+
+
+def test_extend_anchors_rejects_zero_hops():
+  with pytest.raises(ValueError, match="hops"):
+    losses.extend_anchors(tf.zeros([3, 3], tf.bool), hops=0)
