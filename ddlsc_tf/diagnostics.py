@@ -19,11 +19,12 @@ ORACLES = ("knn_same_label", "all_same_label")
 
 def anchor_statistics(images, labels, *, batch_size, k, anchor_fraction,
                       selection, num_batches, seed, features="raw",
-                      batch_neighbours=0):
+                      batch_neighbours=0, hops=1):
   """Anchor precision and coverage over the first training batches.
 
   The batches are `data.train_dataset`'s for `seed` (neighbour-grouped
-  with `batch_neighbours` > 0, over a table with `k` neighbours).
+  with `batch_neighbours` > 0, over a table with `k` neighbours); the
+  anchors extended to `hops` anchor steps (`losses.extend_anchors`).
 
   Returns:
     {"anchors_per_point", "precision", "coverage", "coverage_per_class",
@@ -43,8 +44,9 @@ def anchor_statistics(images, labels, *, batch_size, k, anchor_fraction,
   rows = []
   for x, y in batches.take(num_batches):
     f = losses.knn_features(x, features=features)
-    a = losses.anchor_mask(f, k=k, anchor_fraction=anchor_fraction,
-                           selection=selection).numpy()
+    a = losses.extend_anchors(
+        losses.anchor_mask(f, k=k, anchor_fraction=anchor_fraction,
+                           selection=selection), hops=hops).numpy()
     similarity = losses.cosine_similarity_matrix(f).numpy()
     y = y.numpy()
     has = a.any(axis=1)

@@ -33,6 +33,7 @@ flags.DEFINE_float("alpha", None, "Override the preset's.")
 flags.DEFINE_float("learning_rate", None, "Override the preset's.")
 flags.DEFINE_string("knn_features", None, "Override the preset's.")
 flags.DEFINE_integer("batch_neighbours", None, "Override the preset's.")
+flags.DEFINE_integer("anchor_hops", None, "Override the preset's.")
 flags.DEFINE_integer("pretrain_epochs", 10, "Epochs (oracle mode).")
 flags.DEFINE_integer("num_batches", 3, "Random batches (anchors mode).")
 flags.DEFINE_integer("seed", 0, "Seed.")
@@ -41,7 +42,8 @@ flags.DEFINE_integer("seed", 0, "Seed.")
 def main(argv):
   del argv
   names = ("batch_size", "knn_k", "anchor_fraction", "anchor_selection",
-           "alpha", "learning_rate", "knn_features", "batch_neighbours")
+           "alpha", "learning_rate", "knn_features", "batch_neighbours",
+           "anchor_hops")
   config = configs.get_preset(FLAGS.dataset).replace(
       seed=FLAGS.seed, **{n: getattr(FLAGS, n) for n in names
                           if getattr(FLAGS, n) is not None})
@@ -54,7 +56,8 @@ def main(argv):
         anchor_fraction=config.anchor_fraction,
         selection=config.anchor_selection, num_batches=FLAGS.num_batches,
         seed=FLAGS.seed, features=config.knn_features,
-        batch_neighbours=config.batch_neighbours), indent=2))
+        batch_neighbours=config.batch_neighbours,
+        hops=config.anchor_hops), indent=2))
     return
   if FLAGS.workdir is None:
     raise app.UsageError("--workdir is required with --mode=oracle.")
