@@ -256,9 +256,8 @@ def extend_anchors(anchors, *, hops):
   apart by eq. 5 while nothing pulls them together. Taking pairs two
   anchor steps apart reaches further along the manifold (COIL-20, |B| = 500,
   30% of 10-NN pairs: ~3.9 anchors per image at 0.95 same-class precision;
-  two hops ~7.4 at 0.90; RESULTS.md). Each hop past the first costs one
-  dense [B, B] x [B, B] matmul (MNIST's |B| = 1000: 2 GFLOP, about a tenth
-  of a pre-training step on two cores).
+  two hops ~7.3 at 0.90; RESULTS.md). Each hop past the first costs one
+  dense [B, B] x [B, B] matmul (2 GFLOP at |B| = 1000).
 
   Args:
     anchors: [B, B] bool anchor mask (symmetric, no diagonal).
