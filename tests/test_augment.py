@@ -321,18 +321,3 @@ def test_steps_without_reconstructed_copies_lower_their_objective(
   assert np.isfinite(history[f"{phase}/l_r"]).all()
   assert last < first - 0.05, (first, last)
 
-
-def test_the_model_extends_its_anchors_when_asked(make_blobs):
-  x, _ = make_blobs()
-  config = configs.TINY.replace(knn_k=3, anchor_hops=2)
-  model = train.build_model(config, (28, 28, 1))
-  x = tf.constant(x[:16])
-  # pylint: disable=protected-access
-  anchors, _ = model._anchors(x)
-  plain = losses.anchor_mask(x, k=3, anchor_fraction=config.anchor_fraction,
-                             selection=config.anchor_selection)
-  np.testing.assert_array_equal(anchors,
-                                losses.extend_anchors(plain, hops=2))
-  assert type(model).from_config(model.get_config()).anchor_hops == 2
-  with pytest.raises(ValueError, match="anchor_hops"):
-    config.replace(anchor_hops=0)
