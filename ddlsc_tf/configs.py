@@ -69,6 +69,11 @@ class Config:
   # cluster; False: a copy's one anchor is its original. Measured on MNIST
   # and not kept (0.906 against 0.915 after pre-training; RESULTS.md).
   copies_share_anchors: bool = False
+  # Ours: the batch's own rows are a random affine view of each image too
+  # (drawn apart from its copy's), so every anchor joins two views and the
+  # encoder never trains on the unaltered images; L_r reconstructs the view
+  # it was given. Matters only with copies. False: the images as they are.
+  augment_originals: bool = False
   # Ours: before every embedding (evaluation, assignments, saving), set the
   # batch-norm moving statistics to their values over the data
   # (model.recalibrate_batch_norm). The moving averages have a time

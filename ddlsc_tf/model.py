@@ -86,6 +86,10 @@ class DDLSC(keras.Model):
     copies_share_anchors: if True, each copy also takes its image's
       anchors (`losses.with_copy_anchors(share=True)`; ours); False: a
       copy's one anchor is its image.
+    augment_originals: if True, wherever copies are added the batch's own
+      rows are a random affine view of each image as well (its own draw),
+      and L_r reconstructs that view (ours); the kNN graph and anchors
+      still come from the unaltered images. False: the images as given.
     seed: seed of the copies' random maps (a step's maps depend on it and
       on the optimizer's step count only).
     num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
@@ -108,7 +112,7 @@ class DDLSC(keras.Model):
                anchor_hops=1,
                knn_features="raw", augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), reconstruct_copies=True,
-               copies_share_anchors=False, seed=0,
+               copies_share_anchors=False, augment_originals=False, seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
                cluster_lambda_r=None, softmax_scale=0.0, phase="pretrain",
                upsampled_conv=True, **kwargs):
@@ -149,6 +153,7 @@ class DDLSC(keras.Model):
     self.augment_phases = tuple(augment_phases)
     self.reconstruct_copies = bool(reconstruct_copies)
     self.copies_share_anchors = bool(copies_share_anchors)
+    self.augment_originals = bool(augment_originals)
     unknown = set(self.augment_phases) - set(self.PHASES)
     if unknown:
       raise ValueError(f"augment_phases {sorted(unknown)} unknown; expected "
@@ -346,8 +351,10 @@ class DDLSC(keras.Model):
   def _stack_copies(self, x):
     """([x; copies], index): a random affine copy of each image of x, or of
     a random `augment_fraction` of them, the copy j made from x[index[j]]
-    (index None: every image, in order). The maps and the subset depend on
-    the seed and the optimizer's step count only."""
+    (index None: every image, in order). With `augment_originals` the
+    first rows are a second random view of x instead of x itself. The maps
+    and the subset depend on the seed and the optimizer's step count
+    only."""
     step = tf.cast(self.optimizer.iterations, tf.int32)
     seed = tf.stack([self.seed, step])
     index, originals = None, x
@@ -361,6 +368,10 @@ class DDLSC(keras.Model):
       originals = tf.gather(x, index)
     copies = augment_lib.random_affine(originals, affine=self.affine,
                                        seed=seed)
+    if self.augment_originals:
+      x = augment_lib.random_affine(
+          x, affine=self.affine,
+          seed=tf.random.experimental.stateless_fold_in(seed, 2))
     return tf.concat([x, copies], axis=0), index
 
   def _adds_copies(self):
@@ -388,12 +399,14 @@ class DDLSC(keras.Model):
   def _forward(self, x, originals):
     """(z, x̂, the images x̂ reconstructs) for x, the batch `originals`
     with any copies `_with_copies` appended: z for every row; x̂ for every
-    row, or for the batch's own images when the copies are not
-    reconstructed."""
+    row, or for the batch's own rows (its views, with `augment_originals`)
+    when the copies are not reconstructed."""
     z = self.encoder(x, training=True)
     if self.reconstruct_copies or not self._adds_copies():
       return z, self.decoder(z, training=True), x
     b = tf.shape(originals)[0]
+    if self.augment_originals:
+      originals = x[:b]  # the views the encoder saw
     return z, self.decoder(z[:b], training=True), originals
 
   def _pretrain_step(self, data):
@@ -462,6 +475,7 @@ class DDLSC(keras.Model):
         augment_phases=list(self.augment_phases),
         reconstruct_copies=self.reconstruct_copies,
         copies_share_anchors=self.copies_share_anchors,
+        augment_originals=self.augment_originals,
         seed=self.seed,
         phase=self.phase,
         upsampled_conv=self.upsampled_conv,

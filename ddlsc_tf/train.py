@@ -59,6 +59,7 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       augment_phases=config.augment_phases,
       reconstruct_copies=config.reconstruct_copies,
       copies_share_anchors=config.copies_share_anchors,
+      augment_originals=config.augment_originals,
       seed=config.seed)
 
 
