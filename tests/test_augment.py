@@ -321,3 +321,34 @@ def test_steps_without_reconstructed_copies_lower_their_objective(
   assert np.isfinite(history[f"{phase}/l_r"]).all()
   assert last < first - 0.05, (first, last)
 
+
+
+@pytest.mark.parametrize("reconstruct_copies", [True, False])
+def test_augment_originals_views_the_batch_too(reconstruct_copies,
+                                               make_blobs):
+  # The first rows become a second random view of the batch (not the
+  # images, not the copies), and L_r reconstructs what the encoder saw.
+  x, _ = make_blobs()
+  x = tf.constant(x[:8])
+  plain = _copies_model(reconstruct_copies=reconstruct_copies)
+  model = _copies_model(reconstruct_copies=reconstruct_copies,
+                        augment_originals=True)
+  reference, _, _, _ = plain._with_copies(x, None, None)  # pylint: disable=protected-access
+  stacked, _, _, _ = model._with_copies(x, None, None)  # pylint: disable=protected-access
+  assert stacked.shape == reference.shape
+  np.testing.assert_array_equal(stacked[8:], reference[8:])  # same copies
+  assert not np.allclose(stacked[:8], x)
+  assert not np.allclose(stacked[:8], stacked[8:])
+  _, x_hat, target = model._forward(stacked, x)  # pylint: disable=protected-access
+  rows = 16 if reconstruct_copies else 8
+  assert x_hat.shape[0] == rows
+  np.testing.assert_array_equal(target, stacked[:rows])
+  assert type(model).from_config(model.get_config()).augment_originals
+
+
+def test_augment_originals_without_copies_changes_nothing(make_blobs):
+  x, labels = make_blobs()
+  logs = [_fit_phase(_copies_model(augment=(), augment_originals=flag),
+                     x, labels, "pretrain", epochs=3)
+          for flag in (False, True)]
+  assert logs[0] == logs[1]
