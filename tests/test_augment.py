@@ -284,19 +284,33 @@ def _fit_phase(model, x, labels, phase, epochs):
   return model.fit(ds, epochs=epochs, verbose=0).history
 
 
+@pytest.mark.parametrize("augment_originals", [False, True])
 @pytest.mark.parametrize("reconstruct_copies", [True, False])
 def test_the_decoder_skips_the_copies_when_asked(reconstruct_copies,
+                                                 augment_originals,
                                                  make_blobs):
+  # x̂ covers every row or the batch's own rows; with augment_originals
+  # those rows are a second random view of the batch (the copies are
+  # unchanged) and L_r reconstructs what the encoder saw.
   x, _ = make_blobs()
   x = tf.constant(x[:8])
-  model = _copies_model(reconstruct_copies=reconstruct_copies)
+  model = _copies_model(reconstruct_copies=reconstruct_copies,
+                        augment_originals=augment_originals)
   stacked, _, _, _ = model._with_copies(x, None, None)  # pylint: disable=protected-access
   z, x_hat, target = model._forward(stacked, x)  # pylint: disable=protected-access
   rows = 16 if reconstruct_copies else 8
   assert z.shape[0] == 16 and x_hat.shape[0] == rows
   np.testing.assert_array_equal(target, stacked[:rows])
+  if augment_originals:
+    plain, _, _, _ = _copies_model()._with_copies(x, None, None)  # pylint: disable=protected-access
+    np.testing.assert_array_equal(stacked[8:], plain[8:])
+    assert not np.allclose(stacked[:8], x)
+    assert not np.allclose(stacked[:8], stacked[8:])
+  else:
+    np.testing.assert_array_equal(stacked[:8], x)
   clone = type(model).from_config(model.get_config())
   assert clone.reconstruct_copies is reconstruct_copies
+  assert clone.augment_originals is augment_originals
 
 
 @pytest.mark.parametrize("phase", ["pretrain", "cluster1", "cluster2"])
@@ -320,30 +334,6 @@ def test_steps_without_reconstructed_copies_lower_their_objective(
   first, last = history[f"{phase}/loss"][0], history[f"{phase}/loss"][-1]
   assert np.isfinite(history[f"{phase}/l_r"]).all()
   assert last < first - 0.05, (first, last)
-
-
-
-@pytest.mark.parametrize("reconstruct_copies", [True, False])
-def test_augment_originals_views_the_batch_too(reconstruct_copies,
-                                               make_blobs):
-  # The first rows become a second random view of the batch (not the
-  # images, not the copies), and L_r reconstructs what the encoder saw.
-  x, _ = make_blobs()
-  x = tf.constant(x[:8])
-  plain = _copies_model(reconstruct_copies=reconstruct_copies)
-  model = _copies_model(reconstruct_copies=reconstruct_copies,
-                        augment_originals=True)
-  reference, _, _, _ = plain._with_copies(x, None, None)  # pylint: disable=protected-access
-  stacked, _, _, _ = model._with_copies(x, None, None)  # pylint: disable=protected-access
-  assert stacked.shape == reference.shape
-  np.testing.assert_array_equal(stacked[8:], reference[8:])  # same copies
-  assert not np.allclose(stacked[:8], x)
-  assert not np.allclose(stacked[:8], stacked[8:])
-  _, x_hat, target = model._forward(stacked, x)  # pylint: disable=protected-access
-  rows = 16 if reconstruct_copies else 8
-  assert x_hat.shape[0] == rows
-  np.testing.assert_array_equal(target, stacked[:rows])
-  assert type(model).from_config(model.get_config()).augment_originals
 
 
 def test_augment_originals_without_copies_changes_nothing(make_blobs):
