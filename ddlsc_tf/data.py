@@ -375,7 +375,12 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
           seed=tf.random.experimental.stateless_fold_in(epoch_seed, 1))
     else:
       batches = tf.reshape(order[:steps * batch_size], [steps, batch_size])
-    return tf.data.Dataset.from_tensor_slices(batches)
+    # Batching the indices (not slicing a [steps, |B|] array) leaves the
+    # batch dimension unknown to the traced train step: with a static one
+    # the same seed gave weights that differed between processes in the
+    # last bits (RESULTS.md, "Session 19"). Every batch is still full.
+    return tf.data.Dataset.from_tensor_slices(
+        tf.reshape(batches, [-1])).batch(batch_size)
 
   ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_batches)
   ds = ds.map(lambda idx: tuple(tf.gather(t, idx) for t in tensors),

@@ -21,6 +21,16 @@ def mnist_manual_dir():
 
 
 @pytest.fixture(scope="session")
+def coil20_manual_dir():
+  """The offline COIL-20 archive (../shared/data/coil20)."""
+  path = pathlib.Path(os.environ.get("DDLSC_COIL20_MANUAL_DIR",
+                                     SHARED_DATA / "coil20"))
+  if not (path / "coil-20-proc.zip").exists():
+    pytest.skip(f"no offline COIL-20 at {path}")
+  return str(path)
+
+
+@pytest.fixture(scope="session")
 def coil_dummy():
   """name → (manual_dir, object ids) of the tiny COIL zips that
   tests/dummy_data/make_coil_archives.py writes: 2 poses per object."""
