@@ -1,5 +1,5 @@
-"""Shared fixtures: the offline MNIST copy, the tiny COIL zips and a TFDS
-data_dir for tests."""
+"""Shared fixtures: the offline MNIST and COIL-20 copies, the tiny COIL zips
+and a TFDS data_dir for tests."""
 
 import os
 import pathlib
@@ -11,23 +11,24 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+def _shared_manual_dir(env, name, archive):
+  """The offline copy of a dataset in ../shared/data (or $env), or a skip."""
+  path = pathlib.Path(os.environ.get(env, SHARED_DATA / name))
+  if not (path / archive).exists():
+    pytest.skip(f"no offline {name} at {path}")
+  return str(path)
+
+
 @pytest.fixture(scope="session")
 def mnist_manual_dir():
-  path = pathlib.Path(os.environ.get("DDLSC_MNIST_MANUAL_DIR",
-                                     SHARED_DATA / "mnist"))
-  if not (path / "train-images-idx3-ubyte.gz").exists():
-    pytest.skip(f"no offline MNIST at {path}")
-  return str(path)
+  return _shared_manual_dir("DDLSC_MNIST_MANUAL_DIR", "mnist",
+                            "train-images-idx3-ubyte.gz")
 
 
 @pytest.fixture(scope="session")
 def coil20_manual_dir():
-  """The offline COIL-20 archive (../shared/data/coil20)."""
-  path = pathlib.Path(os.environ.get("DDLSC_COIL20_MANUAL_DIR",
-                                     SHARED_DATA / "coil20"))
-  if not (path / "coil-20-proc.zip").exists():
-    pytest.skip(f"no offline COIL-20 at {path}")
-  return str(path)
+  return _shared_manual_dir("DDLSC_COIL20_MANUAL_DIR", "coil20",
+                            "coil-20-proc.zip")
 
 
 @pytest.fixture(scope="session")
