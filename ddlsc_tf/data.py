@@ -369,18 +369,18 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     order = tf.random.experimental.stateless_shuffle(
         tf.range(n, dtype=tf.int64), seed=epoch_seed)
     if neighbours_per_seed:
-      batches = _neighbour_batches(
+      indices = tf.reshape(_neighbour_batches(
           order, neighbours, steps=steps, batch_size=batch_size,
           per_seed=neighbours_per_seed,
-          seed=tf.random.experimental.stateless_fold_in(epoch_seed, 1))
+          seed=tf.random.experimental.stateless_fold_in(epoch_seed, 1)), [-1])
     else:
-      batches = tf.reshape(order[:steps * batch_size], [steps, batch_size])
-    # Batching the indices (not slicing a [steps, |B|] array) leaves the
-    # batch dimension unknown to the traced train step: with a static one
-    # the same seed gave weights that differed between processes in the
-    # last bits (RESULTS.md, "Session 19"). Every batch is still full.
-    return tf.data.Dataset.from_tensor_slices(
-        tf.reshape(batches, [-1])).batch(batch_size)
+      indices = order[:steps * batch_size]
+    # Batching the epoch's indices (not slicing a [steps, |B|] array)
+    # leaves the batch dimension unknown to the traced train step: with a
+    # static one the same seed gave weights that differed between
+    # processes in the last bits (RESULTS.md, COIL, "Session 19"). Every
+    # batch is still full: there are steps * |B| indices.
+    return tf.data.Dataset.from_tensor_slices(indices).batch(batch_size)
 
   ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_batches)
   ds = ds.map(lambda idx: tuple(tf.gather(t, idx) for t in tensors),
