@@ -43,6 +43,13 @@ class Config:
   # What the kNN graph compares: "raw" images (the paper) or "smoothed"
   # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
   knn_features: str = "raw"
+  # Ours: the dataset's neighbour table (neighbour-grouped batches, the kNN
+  # vote) re-ranks each image's 50 most cosine-similar images by the best
+  # cosine over translations of up to this many pixels (the copies' own
+  # translation range is 2 px) and keeps the top knn_k
+  # (data.neighbour_table). The per-batch anchors are not affected.
+  # 0: the plain cosine of `knn_features`.
+  neighbour_shift: int = 0
   # Ours: batches of the phases that use anchors (pre-training, stage I) are
   # |B|/(m+1) random images plus, for each, m of its knn_k nearest images
   # in the whole dataset (same similarity as the per-batch graph), so the
@@ -193,6 +200,9 @@ class Config:
     if self.cluster_init not in ("kmeans", "spectral"):
       raise ValueError(f"cluster_init must be 'kmeans' or 'spectral', got "
                        f"{self.cluster_init!r}.")
+    if self.neighbour_shift < 0:
+      raise ValueError(f"neighbour_shift must be >= 0 pixels, got "
+                       f"{self.neighbour_shift}.")
     if self.anchor_hops < 1:
       raise ValueError(f"anchor_hops must be >= 1, got {self.anchor_hops}.")
     if self.knn_features not in ("raw", "smoothed"):

@@ -235,7 +235,8 @@ def as_tensor(array, dtype=None):
                                 else tf.as_dtype(dtype).as_numpy_dtype))
 
 
-def neighbour_table(images, *, k, features="raw", chunk=250):
+def neighbour_table(images, *, k, features="raw", chunk=250, shift=0,
+                    candidates=50):
   """Each image's k most cosine-similar other images in the whole dataset.
 
   The same similarity as the per-batch kNN graph (`losses.knn_graph` on
@@ -250,6 +251,11 @@ def neighbour_table(images, *, k, features="raw", chunk=250):
     k: neighbours per image, 1 <= k < N.
     features: as `losses.knn_features`.
     chunk: rows of the similarity matrix computed at once.
+    shift: 0, or re-rank each image's `candidates` most similar images by
+      `shifted_cosines` with translations of up to `shift` pixels and keep
+      the top k (a pair whose strokes are offset by a pixel or two counts
+      as close).
+    candidates: how many neighbours `shift` re-ranks (capped at N - 1).
 
   Returns:
     [N, k] int32 NumPy array: row i holds i's neighbours, most similar
@@ -258,6 +264,19 @@ def neighbour_table(images, *, k, features="raw", chunk=250):
   n = int(images.shape[0])
   if not 1 <= k < n:
     raise ValueError(f"neighbour_table needs 1 <= k < N = {n}, got k={k}.")
+  if shift < 0:
+    raise ValueError(f"shift must be >= 0 pixels, got {shift}.")
+  if shift:
+    if candidates < k:
+      raise ValueError(f"candidates ({candidates}) must be >= k ({k}).")
+    pool = neighbour_table(images, k=min(candidates, n - 1),
+                           features=features, chunk=chunk)
+    scores = np.concatenate([
+        shifted_cosines(images, pool[start:start + chunk], start=start,
+                        shift=shift)
+        for start in range(0, n, chunk)])
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(pool, order, axis=1).astype(np.int32)
   feats = losses.knn_features(as_tensor(images), features=features)
   # Ranking row i's candidates j by x_i·x_j / |x_j| is ranking by cosine.
   inv_norm = 1.0 / tf.maximum(tf.norm(feats, axis=1), 1e-12)
@@ -273,6 +292,43 @@ def neighbour_table(images, *, k, features="raw", chunk=250):
     keep = tf.argsort(key, axis=1, stable=True)[:, :k]
     table.append(tf.gather(top, keep, batch_dims=1).numpy())
   return np.concatenate(table).astype(np.int32)
+
+
+def shifted_cosines(images, candidates, *, start, shift):
+  """Translation-tolerant cosine of images to their candidate neighbours.
+
+  Pair (i, j) scores the largest cosine between image i and image j
+  translated by (dy, dx), |dy|, |dx| <= shift pixels, with zeros shifted
+  in (`shift` = 0: the plain cosine).
+
+  Args:
+    images: [N, H, W, C] float32, NumPy or a tensor.
+    candidates: [R, M] int, row r lists candidates for image start + r.
+    start: index of the first row's image.
+    shift: int >= 0, the largest translation in pixels.
+
+  Returns:
+    [R, M] float32 NumPy array.
+  """
+  images = as_tensor(images)
+  candidates = tf.convert_to_tensor(candidates, tf.int32)
+  rows = tf.shape(candidates)[0]
+  h, w = int(images.shape[1]), int(images.shape[2])
+
+  def unit(x):  # [..., H, W, C] -> [..., H*W*C] of norm 1 (or 0)
+    x = tf.reshape(x, tf.concat([tf.shape(x)[:-3], [-1]], 0))
+    return x / tf.maximum(tf.norm(x, axis=-1, keepdims=True), 1e-12)
+
+  own = unit(images[start:start + rows])                        # [R, D]
+  pad = [[0, 0], [0, 0], [shift, shift], [shift, shift], [0, 0]]
+  others = tf.pad(tf.gather(images, candidates), pad)     # [R, M, H', W', C]
+  best = None
+  for dy in range(2 * shift + 1):
+    for dx in range(2 * shift + 1):
+      moved = unit(others[:, :, dy:dy + h, dx:dx + w, :])       # [R, M, D]
+      cos = tf.einsum("rd,rmd->rm", own, moved)
+      best = cos if best is None else tf.maximum(best, cos)
+  return best.numpy()
 
 
 def _neighbour_batches(order, neighbours, *, steps, batch_size, per_seed,

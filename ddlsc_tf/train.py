@@ -539,9 +539,11 @@ class _Run:
     if self._neighbours is None:
       start = time.time()
       self._neighbours = data.neighbour_table(
-          images, k=config.knn_k, features=config.knn_features)
-      logging.info("neighbour table (k=%d) of %d images: %.0f s",
-                   config.knn_k, len(images), time.time() - start)
+          images, k=config.knn_k, features=config.knn_features,
+          shift=config.neighbour_shift)
+      logging.info("neighbour table (k=%d, shift %d px) of %d images: "
+                   "%.0f s", config.knn_k, config.neighbour_shift,
+                   len(images), time.time() - start)
     return self._neighbours
 
   def batches(self, images, labels, config, grouped=True, **kwargs):

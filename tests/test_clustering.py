@@ -388,3 +388,23 @@ def test_stages_train_on_the_voted_partition(tmp_path, monkeypatch):
 def test_vote_rounds_must_not_be_negative():
   with pytest.raises(ValueError, match="vote_rounds must be >= 0"):
     configs.TINY.replace(vote_rounds=-1)
+
+
+def test_the_vote_uses_the_configs_shifted_neighbour_table(tmp_path,
+                                                           monkeypatch):
+  tables = []
+  vote = train.metrics.knn_vote
+
+  def spy_vote(assignments, neighbours, **kwargs):
+    tables.append(np.array(neighbours))
+    return vote(assignments, neighbours, **kwargs)
+
+  monkeypatch.setattr(train.metrics, "knn_vote", spy_vote)
+  x, labels = _noise_images()
+  config = _SIXTY_IMAGES.replace(cluster1_iterations=1, vote_rounds=1,
+                                 neighbour_shift=1,
+                                 phases=("pretrain", "cluster1"))
+  train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  shifted = train.data.neighbour_table(x, k=4, shift=1)
+  assert tables and all((t == shifted).all() for t in tables)
+  assert not (shifted == train.data.neighbour_table(x, k=4)).all()

@@ -153,6 +153,52 @@ def test_neighbour_table_rejects_a_k_it_cannot_fill():
     data.neighbour_table(np.zeros((5, 4, 4, 1), np.float32), k=5)
 
 
+def _translated(image, dy, dx):
+  """image [H, W, C] moved down dy and right dx pixels, zeros shifted in."""
+  h, w = image.shape[:2]
+  out = np.zeros_like(image)
+  out[max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)] = (
+      image[max(-dy, 0):h - max(dy, 0), max(-dx, 0):w - max(dx, 0)])
+  return out
+
+
+def test_shifted_cosines_is_the_best_cosine_over_translations():
+  rng = np.random.default_rng(4)
+  x = rng.random((12, 7, 6, 2)).astype(np.float32)
+  cand = rng.integers(0, 12, size=(5, 3))
+  got = data.shifted_cosines(x, cand, start=4, shift=2)
+  unit = lambda v: v.ravel() / np.linalg.norm(v)
+  want = np.array([[max(unit(x[4 + r]) @ unit(_translated(x[j], dy, dx))
+                        for dy in range(-2, 3) for dx in range(-2, 3))
+                    for j in row] for r, row in enumerate(cand)])
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  plain = data.shifted_cosines(x, cand, start=4, shift=0)
+  np.testing.assert_allclose(
+      plain, [[unit(x[4 + r]) @ unit(x[j]) for j in row]
+              for r, row in enumerate(cand)], rtol=1e-5)
+
+
+def test_neighbour_table_with_shift_finds_a_translated_copy():
+  rng = np.random.default_rng(5)
+  x = (rng.random((30, 12, 12, 1)) < 0.15).astype(np.float32)
+  x[0, :, -1] = 0.0  # so moving it one pixel right loses nothing
+  x[1] = _translated(x[0], 0, 1)
+  x[2] = np.clip(x[0] + (rng.random(x[0].shape) < 0.1), 0, 1)  # noisy
+  plain = data.neighbour_table(x, k=3)
+  shifted = data.neighbour_table(x, k=3, shift=1, candidates=29)
+  assert plain[0, 0] == 2 and shifted[0, 0] == 1
+  assert shifted.shape == (30, 3) and shifted.dtype == np.int32
+  assert not (shifted == np.arange(30)[:, None]).any()
+  # Re-ranking only reorders the candidates it was given.
+  few = data.neighbour_table(x, k=3, shift=1, candidates=5)
+  pool = data.neighbour_table(x, k=5)
+  assert all(set(f) <= set(p) for f, p in zip(few, pool))
+  with pytest.raises(ValueError, match="shift must be >= 0"):
+    data.neighbour_table(x, k=3, shift=-1)
+  with pytest.raises(ValueError, match="candidates"):
+    data.neighbour_table(x, k=3, shift=1, candidates=2)
+
+
 def _batches(ds):
   return np.stack([labels.numpy() for _, labels in ds])
 

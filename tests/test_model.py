@@ -103,6 +103,8 @@ def test_smoothed_knn_features_train_and_round_trip(tmp_path, make_blobs):
 
 
 def test_config_rejects_out_of_range_values():
+  with pytest.raises(ValueError, match="neighbour_shift must be >= 0"):
+    configs.MNIST.replace(neighbour_shift=-1)
   with pytest.raises(ValueError, match="alpha must be in \\[0, 1\\), got 1.0"):
     configs.MNIST.replace(alpha=1.0)
   with pytest.raises(ValueError, match="anchor_fraction .* got 0.0"):
