@@ -43,12 +43,15 @@ class Config:
   # What the kNN graph compares: "raw" images (the paper) or "smoothed"
   # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
   knn_features: str = "raw"
-  # Ours: the dataset's neighbour table (neighbour-grouped batches, the kNN
-  # vote) re-ranks each image's 50 most cosine-similar images by the best
-  # cosine over translations of up to this many pixels (the copies' own
-  # translation range is 2 px) and keeps the top knn_k
-  # (data.neighbour_table). The per-batch anchors are not affected.
-  # 0: the plain cosine of `knn_features`.
+  # Ours: the kNN vote's neighbour table re-ranks each image's 50 most
+  # cosine-similar images by the best cosine over translations of up to
+  # this many pixels (the copies' own translation range is 2 px) and keeps
+  # the top knn_k (data.neighbour_table). 0: the plain cosine of
+  # `knn_features`. Neighbour-grouped batches keep the plain table: they
+  # exist to bring in the pairs the per-batch (plain-cosine) kNN graph
+  # makes anchors; grouping by the shifted table too brought pairs that
+  # graph does not join, and L_d pushed them apart (MNIST seed 0, epoch
+  # 30 of pre-training: 0.796 against 0.895; RESULTS.md, "Session 20").
   neighbour_shift: int = 0
   # Ours: batches of the phases that use anchors (pre-training, stage I) are
   # |B|/(m+1) random images plus, for each, m of its knn_k nearest images

@@ -530,21 +530,21 @@ class _Run:
     self.model, self.workdir, self.verbose = model, workdir, verbose
     self.checkpointer = checkpointer
     self.result, self.done = result, done
-    self._neighbours = None
+    self._neighbours = {}
 
-  def neighbours(self, images, config):
+  def neighbours(self, images, config, shift=0):
     """Each image's knn_k nearest images in the dataset (the anchors'
-    similarity), computed once per run (and again on resume: on the same
+    similarity; with `shift`, re-ranked by `data.shifted_cosines`),
+    computed once per run and shift (and again on resume: on the same
     machine the same table)."""
-    if self._neighbours is None:
+    if shift not in self._neighbours:
       start = time.time()
-      self._neighbours = data.neighbour_table(
-          images, k=config.knn_k, features=config.knn_features,
-          shift=config.neighbour_shift)
+      self._neighbours[shift] = data.neighbour_table(
+          images, k=config.knn_k, features=config.knn_features, shift=shift)
       logging.info("neighbour table (k=%d, shift %d px) of %d images: "
-                   "%.0f s", config.knn_k, config.neighbour_shift,
-                   len(images), time.time() - start)
-    return self._neighbours
+                   "%.0f s", config.knn_k, shift, len(images),
+                   time.time() - start)
+    return self._neighbours[shift]
 
   def batches(self, images, labels, config, grouped=True, **kwargs):
     """`data.train_dataset` with the config's batch size; with `grouped`
@@ -560,7 +560,9 @@ class _Run:
     """S smoothed by `config.vote_rounds` kNN votes (none: S itself)."""
     if not config.vote_rounds:
       return assignments
-    return metrics.knn_vote(assignments, self.neighbours(images, config),
+    return metrics.knn_vote(assignments,
+                            self.neighbours(images, config,
+                                            config.neighbour_shift),
                             num_clusters=config.num_clusters,
                             rounds=config.vote_rounds)
 

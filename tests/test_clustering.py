@@ -390,21 +390,31 @@ def test_vote_rounds_must_not_be_negative():
     configs.TINY.replace(vote_rounds=-1)
 
 
-def test_the_vote_uses_the_configs_shifted_neighbour_table(tmp_path,
-                                                           monkeypatch):
-  tables = []
-  vote = train.metrics.knn_vote
+def test_the_vote_uses_the_shifted_table_and_the_batches_the_plain_one(
+    tmp_path, monkeypatch):
+  # neighbour_shift re-ranks the vote's table only: grouped batches must
+  # bring in the pairs the per-batch (plain-cosine) kNN graph joins.
+  voted_over, grouped_by = [], []
+  vote, plain = train.metrics.knn_vote, train.data.train_dataset
 
   def spy_vote(assignments, neighbours, **kwargs):
-    tables.append(np.array(neighbours))
+    voted_over.append(np.array(neighbours))
     return vote(assignments, neighbours, **kwargs)
 
+  def spy_batches(*args, **kwargs):
+    grouped_by.append(kwargs.get("neighbours"))
+    return plain(*args, **kwargs)
+
   monkeypatch.setattr(train.metrics, "knn_vote", spy_vote)
+  monkeypatch.setattr(train.data, "train_dataset", spy_batches)
   x, labels = _noise_images()
   config = _SIXTY_IMAGES.replace(cluster1_iterations=1, vote_rounds=1,
-                                 neighbour_shift=1,
+                                 neighbour_shift=1, batch_neighbours=2,
                                  phases=("pretrain", "cluster1"))
   train.run_phases(config, x, labels, str(tmp_path), verbose=0)
   shifted = train.data.neighbour_table(x, k=4, shift=1)
-  assert tables and all((t == shifted).all() for t in tables)
-  assert not (shifted == train.data.neighbour_table(x, k=4)).all()
+  unshifted = train.data.neighbour_table(x, k=4)
+  assert not (shifted == unshifted).all()
+  assert voted_over and all((t == shifted).all() for t in voted_over)
+  assert len(grouped_by) == 2  # pre-training and stage I
+  assert all((t == unshifted).all() for t in grouped_by)
