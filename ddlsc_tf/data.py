@@ -299,7 +299,10 @@ def shifted_cosines(images, candidates, *, start, shift):
 
   Pair (i, j) scores the largest cosine between image i and image j
   translated by (dy, dx), |dy|, |dx| <= shift pixels, with zeros shifted
-  in (`shift` = 0: the plain cosine).
+  in (`shift` = 0: the plain cosine). Computed without translating the
+  candidates: x_i · shift_t(x_j) = shift_-t(x_i) · x_j, so one batched
+  matmul per row block scores every shift, and |shift_t(x_j)| comes from
+  x_j² summed over the pixels that stay in.
 
   Args:
     images: [N, H, W, C] float32, NumPy or a tensor.
@@ -313,22 +316,27 @@ def shifted_cosines(images, candidates, *, start, shift):
   images = as_tensor(images)
   candidates = tf.convert_to_tensor(candidates, tf.int32)
   rows = tf.shape(candidates)[0]
-  h, w = int(images.shape[1]), int(images.shape[2])
-
-  def unit(x):  # [..., H, W, C] -> [..., H*W*C] of norm 1 (or 0)
-    x = tf.reshape(x, tf.concat([tf.shape(x)[:-3], [-1]], 0))
-    return x / tf.maximum(tf.norm(x, axis=-1, keepdims=True), 1e-12)
-
-  own = unit(images[start:start + rows])                        # [R, D]
-  pad = [[0, 0], [0, 0], [shift, shift], [shift, shift], [0, 0]]
-  others = tf.pad(tf.gather(images, candidates), pad)     # [R, M, H', W', C]
-  best = None
-  for dy in range(2 * shift + 1):
-    for dx in range(2 * shift + 1):
-      moved = unit(others[:, :, dy:dy + h, dx:dx + w, :])       # [R, M, D]
-      cos = tf.einsum("rd,rmd->rm", own, moved)
-      best = cos if best is None else tf.maximum(best, cos)
-  return best.numpy()
+  _, h, w, c = (int(d) for d in images.shape)
+  own = images[start:start + rows]
+  padded = tf.pad(own, [[0, 0], [shift, shift], [shift, shift], [0, 0]])
+  keep = np.pad(np.ones((h, w, c), np.float32),
+                [[shift, shift], [shift, shift], [0, 0]])
+  moved, stays = [], []
+  for dy in range(-shift, shift + 1):
+    for dx in range(-shift, shift + 1):
+      window = (slice(shift + dy, shift + dy + h),
+                slice(shift + dx, shift + dx + w))
+      moved.append(padded[:, window[0], window[1], :])  # shift_-t(x_i)
+      stays.append(keep[window])  # 1 where q + t is inside the image
+  moved = tf.reshape(tf.stack(moved, axis=1), [rows, len(stays), -1])
+  stays = tf.constant(np.stack(stays).reshape(len(stays), -1))   # [T, D]
+  others = tf.reshape(tf.gather(images, candidates), [rows, -1, h * w * c])
+  dots = tf.einsum("rtd,rmd->rtm", moved, others)                # [R, T, M]
+  kept = tf.einsum("rmd,td->rtm", tf.square(others), stays)  # |shift_t x_j|²
+  own_norm = tf.norm(tf.reshape(own, [rows, -1]), axis=1)[:, None, None]
+  cos = dots / (tf.maximum(own_norm, 1e-12)
+                * tf.maximum(tf.sqrt(kept), 1e-12))
+  return tf.reduce_max(cos, axis=1).numpy()
 
 
 def _neighbour_batches(order, neighbours, *, steps, batch_size, per_seed,
