@@ -53,7 +53,9 @@ class Config:
   # graph does not join, and L_d pushed them apart (MNIST seed 0, epoch
   # 30 of pre-training: 0.796 against 0.895; RESULTS.md, "Session 20").
   # Vote only, 2 px, MNIST seeds 0-2 from the same pre-trained models:
-  # voted partitions 0.966 -> 0.969, final 0.944 -> 0.942; not kept.
+  # voted partitions 0.966 -> 0.969, final 0.944 -> 0.942; with stage II
+  # as the MNIST preset's since (no L_w, L_b), all 5 iterations on both
+  # sides: voted 0.965 -> 0.969, final 0.961 -> 0.961; not kept.
   neighbour_shift: int = 0
   # Ours: batches of the phases that use anchors (pre-training, stage I) are
   # |B|/(m+1) random images plus, for each, m of its knn_k nearest images
