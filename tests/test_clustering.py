@@ -342,25 +342,32 @@ def test_resumed_spectral_stage_one_keeps_the_held_partition(tmp_path,
           == pytest.approx(whole["phases"]["cluster1"]["held_partition"]))
 
 
+def _spy_on_votes_and_batches(monkeypatch):
+  """Records every kNN vote (S before, its table, S after) and the keyword
+  arguments of every train_dataset call of a run, which proceeds as usual."""
+  votes, batches = [], []
+  vote, plain = train.metrics.knn_vote, train.data.train_dataset
+
+  def spy_vote(assignments, neighbours, **kwargs):
+    votes.append((np.array(assignments), np.array(neighbours),
+                  vote(assignments, neighbours, **kwargs)))
+    return votes[-1][2]
+
+  def spy_batches(*args, **kwargs):
+    batches.append(kwargs)
+    return plain(*args, **kwargs)
+
+  monkeypatch.setattr(train.metrics, "knn_vote", spy_vote)
+  monkeypatch.setattr(train.data, "train_dataset", spy_batches)
+  return votes, batches
+
+
 def test_stages_train_on_the_voted_partition(tmp_path, monkeypatch):
   # With vote_rounds, every assignment step's S is smoothed by the kNN vote
   # over the run's raw-image neighbour table before θ trains on it; the
   # history scores that S, the phase the model's nearest-centroid
   # clustering. Noise images, so the vote changes S.
-  votes, trained_on = [], []
-  vote, plain = train.metrics.knn_vote, train.data.train_dataset
-
-  def spy_vote(assignments, neighbours, **kwargs):
-    votes.append((np.array(assignments), neighbours,
-                   vote(assignments, neighbours, **kwargs)))
-    return votes[-1][2]
-
-  def spy_batches(*args, **kwargs):
-    trained_on.append(kwargs.get("assignments"))
-    return plain(*args, **kwargs)
-
-  monkeypatch.setattr(train.metrics, "knn_vote", spy_vote)
-  monkeypatch.setattr(train.data, "train_dataset", spy_batches)
+  votes, batches = _spy_on_votes_and_batches(monkeypatch)
   x, labels = _noise_images()
   config = _SIXTY_IMAGES.replace(cluster1_iterations=1,
                                  cluster2_iterations=1, vote_rounds=2)
@@ -372,8 +379,8 @@ def test_stages_train_on_the_voted_partition(tmp_path, monkeypatch):
                                 train.data.neighbour_table(x, k=4))
   assert any((before != after).any() for before, _, after in votes)
   # θ trained on the voted S in both stages (index 0 is pre-training).
-  np.testing.assert_array_equal(trained_on[1], votes[0][2])
-  np.testing.assert_array_equal(trained_on[2], votes[2][2])
+  np.testing.assert_array_equal(batches[1]["assignments"], votes[0][2])
+  np.testing.assert_array_equal(batches[2]["assignments"], votes[2][2])
   for phase, (first, last) in (("cluster1", (0, 1)), ("cluster2", (2, 3))):
     stage = result["phases"][phase]
     assert [h["acc"] for h in stage["history"]] == pytest.approx([
@@ -394,19 +401,7 @@ def test_the_vote_uses_the_shifted_table_and_the_batches_the_plain_one(
     tmp_path, monkeypatch):
   # neighbour_shift re-ranks the vote's table only: grouped batches must
   # bring in the pairs the per-batch (plain-cosine) kNN graph joins.
-  voted_over, grouped_by = [], []
-  vote, plain = train.metrics.knn_vote, train.data.train_dataset
-
-  def spy_vote(assignments, neighbours, **kwargs):
-    voted_over.append(np.array(neighbours))
-    return vote(assignments, neighbours, **kwargs)
-
-  def spy_batches(*args, **kwargs):
-    grouped_by.append(kwargs.get("neighbours"))
-    return plain(*args, **kwargs)
-
-  monkeypatch.setattr(train.metrics, "knn_vote", spy_vote)
-  monkeypatch.setattr(train.data, "train_dataset", spy_batches)
+  votes, batches = _spy_on_votes_and_batches(monkeypatch)
   x, labels = _noise_images()
   config = _SIXTY_IMAGES.replace(cluster1_iterations=1, vote_rounds=1,
                                  neighbour_shift=1, batch_neighbours=2,
@@ -415,6 +410,6 @@ def test_the_vote_uses_the_shifted_table_and_the_batches_the_plain_one(
   shifted = train.data.neighbour_table(x, k=4, shift=1)
   unshifted = train.data.neighbour_table(x, k=4)
   assert not (shifted == unshifted).all()
-  assert voted_over and all((t == shifted).all() for t in voted_over)
-  assert len(grouped_by) == 2  # pre-training and stage I
-  assert all((t == unshifted).all() for t in grouped_by)
+  assert votes and all((table == shifted).all() for _, table, _ in votes)
+  assert len(batches) == 2  # pre-training and stage I
+  assert all((b["neighbours"] == unshifted).all() for b in batches)
