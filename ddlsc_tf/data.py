@@ -254,7 +254,8 @@ def neighbour_table(images, *, k, features="raw", chunk=250, shift=0,
     shift: 0, or re-rank each image's `candidates` most similar images by
       `shifted_cosines` with translations of up to `shift` pixels and keep
       the top k (a pair whose strokes are offset by a pixel or two counts
-      as close).
+      as close). The candidates come from `features`; the re-ranking
+      compares the images themselves.
     candidates: how many neighbours `shift` re-ranks (capped at N - 1).
 
   Returns:
