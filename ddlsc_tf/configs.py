@@ -109,6 +109,9 @@ class Config:
   # absorbed the others (RESULTS.md, "Own images"). MNIST: 140 steps anyway.
   min_steps_per_iteration: int = 50
   cluster_tolerance: float = 1e-3
+  # Ours: stage II's own tolerance; None: cluster_tolerance (one rule for
+  # both stages, as Algorithm 2). 0 runs all of stage II's iterations.
+  cluster2_tolerance: Optional[float] = None
   # How the clustering phase starts (Algorithm 2's initialisation): "kmeans"
   # (the paper: spherical k-means of the whole latent, then S by nearest
   # centroid) or "spectral" (ours: spectral clustering of the latent's
@@ -173,7 +176,8 @@ class Config:
       raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
     non_negative = ("cluster1_iterations", "cluster2_iterations", "seed",
                     "vote_rounds",
-                    "cluster_tolerance", "pretrain_tolerance", "lambda_r",
+                    "cluster_tolerance", "cluster2_tolerance",
+                    "pretrain_tolerance", "lambda_r",
                     "lambda_w", "lambda_b", "lambda_d_start", "lambda_d_end",
                     "softmax_scale")
     for name in non_negative:
@@ -332,6 +336,14 @@ MNIST = Config(
     # COIL keeps the paper's stage II (see COIL20).
     lambda_w=0.0,
     lambda_b=0.0,
+    # Ours: stage II runs 10 outer iterations, all of them (stage I keeps
+    # the paper's stop). With the paper's stop stage II ended after 5
+    # iterations while the model still moved towards the voted S it trains
+    # on; from the same stage-I models, all 10 gave final ACC over 3 seeds
+    # 0.960 -> 0.965, every seed higher, and the model's partition within
+    # 0.002 of its voted one (RESULTS.md, MNIST, "Session 20").
+    cluster2_iterations=10,
+    cluster2_tolerance=0.0,
 )
 
 # A few hundred images, a couple of epochs per phase: tests and CI smoke runs.
@@ -374,6 +386,10 @@ COIL20 = MNIST.replace(
     # MNIST's preset drops L_w and L_b; COIL keeps them (RESULTS.md, COIL,
     # "Session 20").
     lambda_b=1.0,
+    # The paper's stage II length and stop (MNIST's longer stage II goes
+    # with its vote; measured there only).
+    cluster2_iterations=5,
+    cluster2_tolerance=None,
     # Random batches: a batch of 500 already holds a third of COIL-20, so its
     # kNN graph is close to the dataset's; batch_neighbours=3 gave 0.692
     # after pre-training and 0.636 final (3 seeds; random: 0.685, 0.680).
@@ -427,11 +443,14 @@ COIL100 = COIL20.replace(
 # scikit-learn's digits the softmax scored lower on each seed (RESULTS.md,
 # "Own images", session 13).
 #
-# And the paper's stage II (λ_w = 0.3, λ_b = 1): MNIST drops L_w and L_b
-# only beside the softmax fit of a voted S (measured there only).
+# And the paper's stage II (λ_w = 0.3, λ_b = 1, 5 iterations, Algorithm 2's
+# stop): MNIST drops L_w and L_b and runs 10 iterations only beside the
+# softmax fit of a voted S (measured there only).
 _MNIST_WITHOUT_COPIES = MNIST.replace(augment=(), vote_rounds=0,
                                       anchor_fraction=0.3, softmax_scale=0.0,
-                                      lambda_w=0.3, lambda_b=1.0)
+                                      lambda_w=0.3, lambda_b=1.0,
+                                      cluster2_iterations=5,
+                                      cluster2_tolerance=None)
 
 # Own images (--dataset=folder:PATH): MNIST's method and network, images
 # resized to 32x32 (latent 3x3x15 = 135), smaller batches for small folders,

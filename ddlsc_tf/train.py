@@ -235,6 +235,9 @@ def _cluster_stage(model, images, labels, config, run, phase,
   """
   iterations = (config.cluster1_iterations if phase == "cluster1"
                 else config.cluster2_iterations)
+  tolerance = (config.cluster2_tolerance if phase == "cluster2"
+               and config.cluster2_tolerance is not None
+               else config.cluster_tolerance)
   seed = config.seed + model_lib.DDLSC.PHASES.index(phase)
   steps_per_epoch = len(images) // config.batch_size
   epochs_per_iteration = max(config.epochs_per_iteration, -(
@@ -300,7 +303,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
           for key in ("l_c", *scores):
             tf.summary.scalar(f"eval/{key}", history[-1][key])
         converged = (previous_l_c is not None
-                     and abs(l_c - previous_l_c) < config.cluster_tolerance)
+                     and abs(l_c - previous_l_c) < tolerance)
         if iteration == iterations or converged:
           break
         previous_l_c = l_c

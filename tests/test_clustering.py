@@ -252,6 +252,22 @@ _SIXTY_IMAGES = configs.TINY.replace(
     pretrain_epochs=1, tsne_points=0, max_examples=None,
     cluster_tolerance=0.0)
 
+@pytest.mark.parametrize("cluster2_tolerance, stage_two_assignments", [
+    (None, 2),   # cluster_tolerance stops both stages at the second S
+    (0.0, 4),    # stage II runs all 3 iterations: 3 trained, 1 final S
+])
+def test_stage_two_tolerance_leaves_stage_one_alone(
+    make_blobs, tmp_path, cluster2_tolerance, stage_two_assignments):
+  x, labels = make_blobs(n=60)
+  config = _SIXTY_IMAGES.replace(
+      cluster1_iterations=3, cluster2_iterations=3, vote_rounds=0,
+      cluster_tolerance=1e9, cluster2_tolerance=cluster2_tolerance)
+  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  assert len(result["phases"]["cluster1"]["history"]) == 2
+  assert (len(result["phases"]["cluster2"]["history"])
+          == stage_two_assignments)
+
+
 # Pre-training and two stage-I iterations, spectral start.
 _SPECTRAL_STAGE_ONE = _SIXTY_IMAGES.replace(
     cluster1_iterations=2, phases=("pretrain", "cluster1"),

@@ -177,6 +177,8 @@ def test_predict_names_a_missing_model(tmp_path):
 @pytest.mark.parametrize("changes, message", [
     ({"cluster1_iterations": -1}, "cluster1_iterations must be >= 0, got -1"),
     ({"seed": -3}, "seed must be >= 0, got -3"),
+    ({"cluster2_tolerance": -1e-3},
+     "cluster2_tolerance must be >= 0, got -0.001"),
     ({"learning_rate": 0.0}, "learning_rate must be > 0, got 0.0"),
     ({"tsne_points": 10}, "tsne_points must be 0 (no pictures) or >= 50"),
 ])
