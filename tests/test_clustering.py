@@ -252,6 +252,7 @@ _SIXTY_IMAGES = configs.TINY.replace(
     pretrain_epochs=1, tsne_points=0, max_examples=None,
     cluster_tolerance=0.0)
 
+
 @pytest.mark.parametrize("cluster2_tolerance, stage_two_assignments", [
     (None, 2),   # cluster_tolerance stops both stages at the second S
     (0.0, 4),    # stage II runs all 3 iterations: 3 trained, 1 final S
