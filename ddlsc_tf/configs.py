@@ -270,6 +270,10 @@ MNIST = Config(
     anchor_fraction=0.1,
     alpha=0.1,            # ours: "alpha < 1" (eq. 3).
     lambda_r=1e-3,        # lambda = 0.001 (section 4.2).
+    # Per image (losses.reconstruction_loss). The per-pixel reading, 1e-3 /
+    # 784, fell behind on seeds 0-2 by epoch 20 of pre-training (0.808 /
+    # 0.833 / 0.890 against 0.895 / 0.903 / 0.914; RESULTS.md, MNIST,
+    # "Session 22").
     # Ours, chosen without labels: the paper's rule (keep the globally most
     # similar kNN pairs, anchor_selection="similarity") leaves 28% of a
     # batch's points without any anchor; ranking pairs by neighbour rank
