@@ -281,9 +281,12 @@ def _cluster_stage(model, images, labels, config, run, phase,
       if not pending:
         z = embed(model, images, config)
         if start_partition is None:
+          latent = (phase == "cluster2"
+                    and config.vote_latent_from is not None
+                    and iteration >= config.vote_latent_from)
           assignments = run.vote(
               losses.assign_clusters(z, model.centroids).numpy(), images,
-              config)
+              config, z=z if latent else None)
         else:
           assignments = start_partition
           start_partition = start_partition if hold else None
@@ -559,13 +562,21 @@ class _Run:
         neighbours=self.neighbours(images, config) if per_seed else None,
         neighbours_per_seed=per_seed, **kwargs)
 
-  def vote(self, assignments, images, config):
-    """S smoothed by `config.vote_rounds` kNN votes (none: S itself)."""
+  def vote(self, assignments, images, config, z=None):
+    """S smoothed by `config.vote_rounds` kNN votes (none: S itself); with
+    z, the model's latent of `images`, over the raw table and z's own kNN
+    table."""
     if not config.vote_rounds:
       return assignments
-    return metrics.knn_vote(assignments,
-                            self.neighbours(images, config,
-                                            config.neighbour_shift),
+    table = self.neighbours(images, config, config.neighbour_shift)
+    if z is not None:
+      start = time.time()
+      latent = data.neighbour_table(np.reshape(z, (len(z), 1, 1, -1)),
+                                    k=config.knn_k)
+      table = np.concatenate([table, latent], axis=1)
+      logging.info("latent neighbour table (k=%d): %.0f s", config.knn_k,
+                   time.time() - start)
+    return metrics.knn_vote(assignments, table,
                             num_clusters=config.num_clusters,
                             rounds=config.vote_rounds)
 

@@ -432,3 +432,35 @@ def test_the_vote_uses_the_shifted_table_and_the_batches_the_plain_one(
   assert votes and all((table == shifted).all() for _, table, _ in votes)
   assert len(batches) == 2  # pre-training and stage I
   assert all((b["neighbours"] == unshifted).all() for b in batches)
+
+
+def test_the_latent_vote_joins_stage_two_from_its_iteration(
+    tmp_path, monkeypatch):
+  # vote_latent_from=1: stage I's votes and stage II's first use the raw
+  # table alone; stage II's later ones count the raw table's knn_k
+  # neighbours and then the knn_k nearest images in the model's latent at
+  # that assignment step.
+  votes, _ = _spy_on_votes_and_batches(monkeypatch)
+  x, labels = _noise_images()
+  config = _SIXTY_IMAGES.replace(cluster1_iterations=1,
+                                 cluster2_iterations=2, vote_rounds=1,
+                                 neighbour_shift=0, vote_latent_from=1)
+  model, _ = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  raw = train.data.neighbour_table(x, k=4)
+  # Stage I: before and after its iteration; stage II: 3 assignment steps.
+  assert [table.shape[1] for _, table, _ in votes] == [4, 4, 4, 8, 8]
+  for _, table, _ in votes:
+    np.testing.assert_array_equal(table[:, :4], raw)
+    assert not (table[:, 4:] == np.arange(len(x))[:, None]).any()
+  # The last vote saw the trained model's latent; the one before, the
+  # latent one stage-II iteration earlier.
+  z = model.embed(x)
+  np.testing.assert_array_equal(
+      votes[-1][1][:, 4:],
+      train.data.neighbour_table(np.reshape(z, (len(x), 1, 1, -1)), k=4))
+  assert not (votes[-2][1][:, 4:] == votes[-1][1][:, 4:]).all()
+
+
+def test_vote_latent_from_must_not_be_negative():
+  with pytest.raises(ValueError, match="vote_latent_from must be >= 0"):
+    configs.TINY.replace(vote_latent_from=-1)
