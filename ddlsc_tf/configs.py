@@ -136,7 +136,10 @@ class Config:
   # On MNIST's final latents the union votes better than either table
   # (seed 0: 0.9687 raw, 0.9708 latent, 0.9754 both); on stage I's latent,
   # worse than the raw one, and from iteration 5 it sank seed 0 (final
-  # 0.9640 -> 0.9583). No preset uses it (RESULTS.md, MNIST, "Session 22").
+  # 0.9640 -> 0.9583); in 5 iterations after MNIST's 10 (15 in all, from
+  # 10) it raised every seed, final 0.967 -> 0.971 over seeds 0-2, for
+  # about 3 minutes more. No preset uses it yet (RESULTS.md, MNIST,
+  # "Session 22").
   vote_latent_from: Optional[int] = None
   lambda_d_start: float = 1.0   # lambda_d = 1 for MNIST (section 4.2)
   lambda_d_end: float = 1.0     # linear schedule over stage I's iterations
