@@ -152,6 +152,8 @@ class Config:
   # cosines to the centroids (losses.assignment_log_likelihood), which
   # also pushes each point away from the other centroids.
   softmax_scale: float = 0.0
+  # Stage II's own scale (None: softmax_scale).
+  cluster2_softmax_scale: Optional[float] = None
   # Algorithm 1's stop: end pre-training early when the epoch mean of L_d
   # moves less than this (0: always run pretrain_epochs).
   pretrain_tolerance: float = 0.0
@@ -193,7 +195,7 @@ class Config:
                     "cluster_tolerance", "cluster2_tolerance",
                     "pretrain_tolerance", "lambda_r",
                     "lambda_w", "lambda_b", "lambda_d_start", "lambda_d_end",
-                    "softmax_scale")
+                    "softmax_scale", "cluster2_softmax_scale")
     for name in non_negative:
       if getattr(self, name) is not None and getattr(self, name) < 0:
         raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")

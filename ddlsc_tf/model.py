@@ -99,6 +99,8 @@ class DDLSC(keras.Model):
     cluster_lambda_r: weight of L_r in both stages (default: lambda_r).
     softmax_scale: 0 (the paper) trains θ on L_c in both stages; s > 0
       (ours) on `losses.assignment_log_likelihood` at scale s instead.
+    cluster2_softmax_scale: the same for stage II alone (default:
+      softmax_scale).
     phase: which train step `fit` runs; one of `PHASES`.
     upsampled_conv: the decoder's layout (`networks.build_decoder`); False
       only for models saved before session 10, which `from_config` sets.
@@ -114,7 +116,8 @@ class DDLSC(keras.Model):
                augment_phases=("pretrain",), reconstruct_copies=True,
                copies_share_anchors=False, augment_originals=False, seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
-               cluster_lambda_r=None, softmax_scale=0.0, phase="pretrain",
+               cluster_lambda_r=None, softmax_scale=0.0,
+               cluster2_softmax_scale=None, phase="pretrain",
                upsampled_conv=True, **kwargs):
     super().__init__(**kwargs)
     self.image_shape = tuple(int(s) for s in input_shape)
@@ -141,8 +144,12 @@ class DDLSC(keras.Model):
     self.cluster_lambda_r = float(
         lambda_r if cluster_lambda_r is None else cluster_lambda_r)
     self.softmax_scale = float(softmax_scale)
-    if self.softmax_scale < 0:
-      raise ValueError(f"softmax_scale must be >= 0, got {softmax_scale}.")
+    self.cluster2_softmax_scale = float(
+        softmax_scale if cluster2_softmax_scale is None
+        else cluster2_softmax_scale)
+    for name in ("softmax_scale", "cluster2_softmax_scale"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
     self.alpha = float(alpha)
     self.lambda_r = float(lambda_r)
     self.affine = augment_lib.Affine.parse(augment or ())
@@ -444,7 +451,8 @@ class DDLSC(keras.Model):
           x=target, z=z, x_hat=x_hat, centroids=self.centroids,
           assignments=assignments, num_clusters=self.num_clusters,
           lambda_w=self.lambda_w, lambda_b=self.lambda_b,
-          lambda_r=self.cluster_lambda_r, softmax_scale=self.softmax_scale)
+          lambda_r=self.cluster_lambda_r,
+          softmax_scale=self.cluster2_softmax_scale)
     return self._apply(tape, total, (total, l_c, l_w, l_b, l_r))
 
   def get_config(self):
@@ -468,6 +476,7 @@ class DDLSC(keras.Model):
         lambda_b=self.lambda_b,
         cluster_lambda_r=self.cluster_lambda_r,
         softmax_scale=self.softmax_scale,
+        cluster2_softmax_scale=self.cluster2_softmax_scale,
         alpha=self.alpha,
         lambda_r=self.lambda_r,
         augment=None if self.affine is None else list(self.affine),

@@ -41,6 +41,7 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       lambda_b=config.lambda_b,
       cluster_lambda_r=config.cluster_lambda_r,
       softmax_scale=config.softmax_scale,
+      cluster2_softmax_scale=config.cluster2_softmax_scale,
       encoder_filters=config.encoder_filters,
       kernel_sizes=config.kernel_sizes,
       paddings=config.paddings,

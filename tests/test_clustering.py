@@ -178,7 +178,7 @@ def _clustering_model():
 def test_stage_steps_lower_their_objective(phase, softmax_scale, make_blobs):
   x, labels = make_blobs()
   model, config = _clustering_model()
-  model.softmax_scale = softmax_scale
+  model.softmax_scale = model.cluster2_softmax_scale = softmax_scale
   model.centroids.assign(
       _unit(np.random.default_rng(0).normal(size=(K, 60))).astype(
           np.float32))
@@ -190,6 +190,35 @@ def test_stage_steps_lower_their_objective(phase, softmax_scale, make_blobs):
   first = model.fit(ds, epochs=1, verbose=0).history[f"{phase}/loss"][0]
   last = model.fit(ds, epochs=30, verbose=0).history[f"{phase}/loss"][-1]
   assert last < first - 0.05, (first, last)
+
+
+def test_stage_two_takes_its_own_softmax_scale(make_blobs):
+  x, labels = make_blobs()
+
+  def first_losses(phase, **scales):
+    keras.utils.set_random_seed(0)
+    config = configs.TINY.replace(knn_k=3, num_clusters=K, **scales)
+    model = train.build_model(config, (28, 28, 1))
+    model.centroids.assign(
+        _unit(np.random.default_rng(0).normal(size=(K, 60))).astype(
+            np.float32))
+    assignments = losses.assign_clusters(model.embed(x),
+                                         model.centroids).numpy()
+    model.phase = phase
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    ds = tf.data.Dataset.from_tensors((x, labels, assignments))
+    return model.fit(ds, epochs=2, verbose=0).history[f"{phase}/loss"]
+
+  own = dict(softmax_scale=10.0, cluster2_softmax_scale=30.0)
+  np.testing.assert_allclose(first_losses("cluster2", **own),
+                             first_losses("cluster2", softmax_scale=30.0),
+                             rtol=1e-5)
+  np.testing.assert_allclose(first_losses("cluster1", **own),
+                             first_losses("cluster1", softmax_scale=10.0),
+                             rtol=1e-5)
+  assert not np.allclose(first_losses("cluster2", **own),
+                         first_losses("cluster2", softmax_scale=10.0),
+                         rtol=1e-3)
 
 
 def test_empty_cluster_stage_step_is_finite(make_blobs):

@@ -180,6 +180,8 @@ def test_predict_names_a_missing_model(tmp_path):
     ({"cluster2_tolerance": -1e-3},
      "cluster2_tolerance must be >= 0, got -0.001"),
     ({"learning_rate": 0.0}, "learning_rate must be > 0, got 0.0"),
+    ({"cluster2_softmax_scale": -1.0},
+     "cluster2_softmax_scale must be >= 0, got -1.0"),
     ({"tsne_points": 10}, "tsne_points must be 0 (no pictures) or >= 50"),
 ])
 def test_config_rejects_more(changes, message):
