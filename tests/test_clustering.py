@@ -197,7 +197,9 @@ def test_stage_two_takes_its_own_softmax_scale(make_blobs):
 
   def first_losses(phase, **scales):
     keras.utils.set_random_seed(0)
-    config = configs.TINY.replace(knn_k=3, num_clusters=K, **scales)
+    config = configs.TINY.replace(knn_k=3, num_clusters=K,
+                                  **{"cluster2_softmax_scale": None,
+                                     **scales})
     model = train.build_model(config, (28, 28, 1))
     model.centroids.assign(
         _unit(np.random.default_rng(0).normal(size=(K, 60))).astype(
