@@ -122,6 +122,14 @@ class Config:
   # stage II alternates as the paper; metrics.spectral_on_sphere).
   cluster_init: str = "kmeans"
   spectral_neighbors: int = 10
+  # Ours: with a spectral start, stage I's held partition is computed again
+  # from the current latent every `hold_refresh` outer iterations (0: the
+  # start's partition is held throughout).
+  hold_refresh: int = 0
+  # Ours: stage II starts from Algorithm 2's initialisation (`cluster_init`)
+  # of stage I's latent instead of from stage I's centroids; with a
+  # spectral start its first iteration trains on that partition.
+  cluster2_restart: bool = False
   # Ours: after every assignment step of both stages (and on the starting
   # partition), `vote_rounds` rounds of a majority vote over each image's
   # knn_k nearest images in the whole dataset (the anchors' similarity,
@@ -191,6 +199,7 @@ class Config:
     if not 0.0 <= self.alpha < 1.0:
       raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
     non_negative = ("cluster1_iterations", "cluster2_iterations", "seed",
+                    "hold_refresh",
                     "vote_rounds", "vote_latent_from",
                     "cluster_tolerance", "cluster2_tolerance",
                     "pretrain_tolerance", "lambda_r",

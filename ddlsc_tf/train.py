@@ -228,7 +228,10 @@ def _cluster_stage(model, images, labels, config, run, phase,
   `min_steps_per_iteration` steps) on θ with
   S fixed. With `cluster_init="spectral"`, stage I's S is the spectral
   partition in every iteration (its phase scores are then the model's
-  nearest-centroid clustering, the history's the held partition's). With
+  nearest-centroid clustering, the history's the held partition's), that
+  of the current latent every `hold_refresh` iterations if set; with
+  `cluster2_restart`, stage II starts from a new initialisation of the
+  latent instead of stage I's centroids. With
   `vote_rounds`, every S is first smoothed by the kNN vote over the run's
   neighbour table (the phase and history scores split the same way). A
   checkpoint after every epoch holds S, so a resumed iteration trains on
@@ -250,7 +253,9 @@ def _cluster_stage(model, images, labels, config, run, phase,
   # a stage II started without centroids trains its first iteration on it.
   hold = phase == "cluster1" and config.cluster_init == "spectral"
   start_partition = None
-  if resume_state is None and (hold or not _centroids_initialised(model)):
+  restart = phase == "cluster2" and config.cluster2_restart
+  if resume_state is None and (hold or restart
+                               or not _centroids_initialised(model)):
     partition = init_centroids(model, images, config)
     if config.cluster_init == "spectral":
       start_partition = run.vote(partition, images, config)
@@ -280,6 +285,10 @@ def _cluster_stage(model, images, labels, config, run, phase,
       if phase == "cluster1":
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
+        if (hold and config.hold_refresh and iteration > 0
+            and iteration % config.hold_refresh == 0):
+          start_partition = run.vote(init_centroids(model, images, config),
+                                     images, config)
         z = embed(model, images, config)
         if start_partition is None:
           latent = (phase == "cluster2"

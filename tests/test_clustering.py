@@ -308,16 +308,16 @@ def _noise_images():
           rng.integers(0, 4, 60))
 
 
-def test_spectral_start_holds_the_partition_through_stage_one(
-    make_blobs, tmp_path, monkeypatch):
-  # Stage I trains on the spectral partition in every iteration; its phase
-  # scores are the model's own nearest-centroid clustering.
+def _spy_on_spectral_and_batches(monkeypatch):
+  """Lists that fill with each spectral partition computed and each
+  partition a fit trained on (None for pre-training)."""
   partitions, trained_on = [], []
   spectral, plain = train.metrics.spectral_on_sphere, train.data.train_dataset
 
   def spy_spectral(*args, **kwargs):
-    partitions.append(spectral(*args, **kwargs))
-    return partitions[-1]
+    out = spectral(*args, **kwargs)
+    partitions.append(out[0])
+    return out
 
   def spy_batches(*args, **kwargs):
     trained_on.append(kwargs.get("assignments"))
@@ -325,12 +325,20 @@ def test_spectral_start_holds_the_partition_through_stage_one(
 
   monkeypatch.setattr(train.metrics, "spectral_on_sphere", spy_spectral)
   monkeypatch.setattr(train.data, "train_dataset", spy_batches)
+  return partitions, trained_on
+
+
+def test_spectral_start_holds_the_partition_through_stage_one(
+    make_blobs, tmp_path, monkeypatch):
+  # Stage I trains on the spectral partition in every iteration; its phase
+  # scores are the model's own nearest-centroid clustering.
+  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
   x, labels = make_blobs(n=60)
   config = _SPECTRAL_STAGE_ONE
   model, result = train.run_phases(config, x, labels, str(tmp_path),
                                    verbose=0)
   assert len(partitions) == 1
-  start = partitions[0][0]
+  start = partitions[0]
   assert len(trained_on) == 3  # pre-training, then two stage-I iterations
   for held in trained_on[1:]:
     np.testing.assert_array_equal(held, start)
@@ -343,6 +351,47 @@ def test_spectral_start_holds_the_partition_through_stage_one(
   assert stage["acc"] == pytest.approx(
       train.metrics.cluster_accuracy(labels, predicted))
   assert result["final"]["acc"] == stage["acc"]
+
+
+def test_hold_refresh_recomputes_the_held_partition(make_blobs, tmp_path,
+                                                    monkeypatch):
+  # hold_refresh=1: each stage-I iteration holds the spectral partition of
+  # the latent it starts from (the last one is scored, not trained on).
+  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
+  x, labels = make_blobs(n=60)
+  _, result = train.run_phases(_SPECTRAL_STAGE_ONE.replace(hold_refresh=1),
+                               x, labels, str(tmp_path), verbose=0)
+  assert len(partitions) == 3  # the start, then iterations 1 and 2
+  assert len(trained_on) == 3  # pre-training, then two stage-I iterations
+  for held, partition in zip(trained_on[1:], partitions):
+    np.testing.assert_array_equal(held, partition)
+  stage = result["phases"]["cluster1"]
+  assert stage["held_partition"]["acc"] == pytest.approx(
+      train.metrics.cluster_accuracy(labels, partitions[-1]))
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_stage_two_restart_trains_on_a_new_spectral_partition(
+    restart, tmp_path, monkeypatch):
+  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
+  x, labels = _noise_images()
+  config = _SPECTRAL_STAGE_ONE.replace(
+      cluster1_iterations=1, cluster2_iterations=1, cluster2_restart=restart,
+      phases=("pretrain", "cluster1", "cluster2"))
+  model, _ = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  assert len(trained_on) == 3  # pre-training, stage I, stage II
+  np.testing.assert_array_equal(trained_on[1], partitions[0])
+  if restart:
+    assert len(partitions) == 2  # stage I's start, then stage II's
+    np.testing.assert_array_equal(trained_on[2], partitions[1])
+  else:
+    assert len(partitions) == 1
+    assert not np.array_equal(trained_on[2], partitions[0])
+
+
+def test_hold_refresh_must_not_be_negative():
+  with pytest.raises(ValueError, match="hold_refresh must be >= 0"):
+    configs.TINY.replace(hold_refresh=-1)
 
 
 def test_spectral_neighbours_must_fit_the_data():
