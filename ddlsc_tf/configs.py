@@ -124,7 +124,8 @@ class Config:
   spectral_neighbors: int = 10
   # Ours: with a spectral start, stage I's held partition is computed again
   # from the current latent every `hold_refresh` outer iterations (0: the
-  # start's partition is held throughout).
+  # start's partition is held throughout); stage I then runs all its
+  # iterations (the L_c of a new partition is not comparable with the last).
   hold_refresh: int = 0
   # Ours: stage II starts from Algorithm 2's initialisation (`cluster_init`)
   # of stage I's latent instead of from stage I's centroids; with a

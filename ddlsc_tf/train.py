@@ -254,6 +254,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
   hold = phase == "cluster1" and config.cluster_init == "spectral"
   start_partition = None
   restart = phase == "cluster2" and config.cluster2_restart
+  refresh = hold and config.hold_refresh
   if resume_state is None and (hold or restart
                                or not _centroids_initialised(model)):
     partition = init_centroids(model, images, config)
@@ -285,8 +286,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
       if phase == "cluster1":
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
-        if (hold and config.hold_refresh and iteration > 0
-            and iteration % config.hold_refresh == 0):
+        if refresh and iteration > 0 and iteration % config.hold_refresh == 0:
           start_partition = run.vote(init_centroids(model, images, config),
                                      images, config)
         z = embed(model, images, config)
@@ -315,7 +315,9 @@ def _cluster_stage(model, images, labels, config, run, phase,
         with writer.as_default(step=epoch):
           for key in ("l_c", *scores):
             tf.summary.scalar(f"eval/{key}", history[-1][key])
-        converged = (previous_l_c is not None
+        # A refreshed partition's L_c is not comparable with the last
+        # one's: stage I then runs all its iterations.
+        converged = (previous_l_c is not None and not refresh
                      and abs(l_c - previous_l_c) < tolerance)
         if iteration == iterations or converged:
           break

@@ -356,11 +356,13 @@ def test_spectral_start_holds_the_partition_through_stage_one(
 def test_hold_refresh_recomputes_the_held_partition(make_blobs, tmp_path,
                                                     monkeypatch):
   # hold_refresh=1: each stage-I iteration holds the spectral partition of
-  # the latent it starts from (the last one is scored, not trained on).
+  # the latent it starts from (the last one is scored, not trained on),
+  # and no L_c tolerance stops it early.
   partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
   x, labels = make_blobs(n=60)
-  _, result = train.run_phases(_SPECTRAL_STAGE_ONE.replace(hold_refresh=1),
-                               x, labels, str(tmp_path), verbose=0)
+  config = _SPECTRAL_STAGE_ONE.replace(hold_refresh=1, cluster_tolerance=1e9)
+  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  assert len(result["phases"]["cluster1"]["history"]) == 3
   assert len(partitions) == 3  # the start, then iterations 1 and 2
   assert len(trained_on) == 3  # pre-training, then two stage-I iterations
   for held, partition in zip(trained_on[1:], partitions):
