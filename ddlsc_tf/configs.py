@@ -131,6 +131,10 @@ class Config:
   # of stage I's latent instead of from stage I's centroids; with a
   # spectral start its first iteration trains on that partition.
   cluster2_restart: bool = False
+  # Ours: every stage-II iteration trains on a new `cluster_init` partition
+  # of its current latent (as stage I with hold_refresh=1) instead of the
+  # nearest-centroid S; implies cluster2_restart, and runs all iterations.
+  cluster2_refresh: bool = False
   # Ours: after every assignment step of both stages (and on the starting
   # partition), `vote_rounds` rounds of a majority vote over each image's
   # knn_k nearest images in the whole dataset (the anchors' similarity,

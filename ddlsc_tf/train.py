@@ -231,7 +231,8 @@ def _cluster_stage(model, images, labels, config, run, phase,
   nearest-centroid clustering, the history's the held partition's), that
   of the current latent every `hold_refresh` iterations if set; with
   `cluster2_restart`, stage II starts from a new initialisation of the
-  latent instead of stage I's centroids. With
+  latent instead of stage I's centroids, and with `cluster2_refresh` its
+  every S is a new one. With
   `vote_rounds`, every S is first smoothed by the kNN vote over the run's
   neighbour table (the phase and history scores split the same way). A
   checkpoint after every epoch holds S, so a resumed iteration trains on
@@ -253,8 +254,12 @@ def _cluster_stage(model, images, labels, config, run, phase,
   # a stage II started without centroids trains its first iteration on it.
   hold = phase == "cluster1" and config.cluster_init == "spectral"
   start_partition = None
-  restart = phase == "cluster2" and config.cluster2_restart
-  refresh = hold and config.hold_refresh
+  # Partitions of the current latent again: stage I's held one every
+  # `hold_refresh` iterations, stage II's every iteration.
+  refresh_every = (config.hold_refresh if hold else
+                   int(phase == "cluster2" and config.cluster2_refresh))
+  refresh = refresh_every > 0
+  restart = phase == "cluster2" and (config.cluster2_restart or refresh)
   if resume_state is None and (hold or restart
                                or not _centroids_initialised(model)):
     partition = init_centroids(model, images, config)
@@ -286,7 +291,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
       if phase == "cluster1":
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
-        if refresh and iteration > 0 and iteration % config.hold_refresh == 0:
+        if refresh and iteration > 0 and iteration % refresh_every == 0:
           start_partition = run.vote(init_centroids(model, images, config),
                                      images, config)
         z = embed(model, images, config)
@@ -316,7 +321,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
           for key in ("l_c", *scores):
             tf.summary.scalar(f"eval/{key}", history[-1][key])
         # A refreshed partition's L_c is not comparable with the last
-        # one's: stage I then runs all its iterations.
+        # one's: the stage then runs all its iterations.
         converged = (previous_l_c is not None and not refresh
                      and abs(l_c - previous_l_c) < tolerance)
         if iteration == iterations or converged:
@@ -338,11 +343,11 @@ def _cluster_stage(model, images, labels, config, run, phase,
   finally:
     writer.close()
   result = _phase_result(history, epoch, time.time() - start)
-  if (hold or config.vote_rounds) and labels is not None:
+  if (hold or refresh or config.vote_rounds) and labels is not None:
     # The history scores the partition θ trained on (held, or voted); the
     # phase's scores are what the model now predicts (nearest centroid),
     # as for every other phase.
-    key = "held_partition" if hold else "voted_partition"
+    key = "held_partition" if hold or refresh else "voted_partition"
     predicted = losses.assign_clusters(embed(model, images, config),
                                        model.centroids).numpy()
     result[key] = {k: result[k] for k in ("acc", "nmi", "ari")}

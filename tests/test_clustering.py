@@ -391,6 +391,26 @@ def test_stage_two_restart_trains_on_a_new_spectral_partition(
     assert not np.array_equal(trained_on[2], partitions[0])
 
 
+def test_stage_two_refresh_trains_every_iteration_on_a_new_partition(
+    tmp_path, monkeypatch):
+  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
+  x, labels = _noise_images()
+  config = _SPECTRAL_STAGE_ONE.replace(
+      cluster1_iterations=1, cluster2_iterations=2, cluster2_refresh=True,
+      cluster_tolerance=1e9, phases=("pretrain", "cluster1", "cluster2"))
+  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  # Stage I's start; stage II's start, its iteration 1 and its last
+  # (scored, not trained on).
+  assert len(partitions) == 4
+  assert len(trained_on) == 4  # pre-training, stage I, two stage-II fits
+  for fit, partition in zip(trained_on[1:], partitions):
+    np.testing.assert_array_equal(fit, partition)
+  stage = result["phases"]["cluster2"]
+  assert len(stage["history"]) == 3
+  assert stage["held_partition"]["acc"] == pytest.approx(
+      train.metrics.cluster_accuracy(labels, partitions[-1]))
+
+
 def test_hold_refresh_must_not_be_negative():
   with pytest.raises(ValueError, match="hold_refresh must be >= 0"):
     configs.TINY.replace(hold_refresh=-1)
