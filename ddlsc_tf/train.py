@@ -179,11 +179,12 @@ def _phase_result(history, epochs, seconds):
           "history": history}
 
 
-def init_centroids(model, images, config):
-  """Algorithm 2's initialisation from a partition of the whole latent:
-  spherical k-means (the paper) or spectral clustering (`cluster_init`).
-  Sets the model's centroids and returns the partition, [N] int."""
-  z = embed(model, images, config)
+def init_centroids(model, images, config, z=None):
+  """Algorithm 2's initialisation from a partition of the whole latent
+  (`z` when the caller has it): spherical k-means (the paper) or spectral
+  clustering (`cluster_init`). Sets the model's centroids and returns the
+  partition, [N] int."""
+  z = embed(model, images, config) if z is None else z
   if config.cluster_init == "spectral":
     assignments, centroids = metrics.spectral_on_sphere(
         z, num_clusters=config.num_clusters,
@@ -228,11 +229,11 @@ def _cluster_stage(model, images, labels, config, run, phase,
   `min_steps_per_iteration` steps) on θ with
   S fixed. With `cluster_init="spectral"`, stage I's S is the spectral
   partition in every iteration (its phase scores are then the model's
-  nearest-centroid clustering, the history's the held partition's), that
-  of the current latent every `hold_refresh` iterations if set; with
-  `cluster2_restart`, stage II starts from a new initialisation of the
-  latent instead of stage I's centroids, and with `cluster2_refresh` its
-  every S is a new one. With
+  nearest-centroid clustering, the history's the held partition's);
+  `hold_refresh` partitions the current latent again every so many
+  iterations. `cluster2_restart` starts stage II from a new partition of
+  the latent instead of stage I's centroids; `cluster2_refresh` makes
+  every stage-II S a new one. With
   `vote_rounds`, every S is first smoothed by the kNN vote over the run's
   neighbour table (the phase and history scores split the same way). A
   checkpoint after every epoch holds S, so a resumed iteration trains on
@@ -291,10 +292,10 @@ def _cluster_stage(model, images, labels, config, run, phase,
       if phase == "cluster1":
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
-        if refresh and iteration > 0 and iteration % refresh_every == 0:
-          start_partition = run.vote(init_centroids(model, images, config),
-                                     images, config)
         z = embed(model, images, config)
+        if refresh and iteration > 0 and iteration % refresh_every == 0:
+          start_partition = run.vote(
+              init_centroids(model, images, config, z=z), images, config)
         if start_partition is None:
           latent = (phase == "cluster2"
                     and config.vote_latent_from is not None
