@@ -1,5 +1,6 @@
-"""Clustering metrics: ACC (Hungarian matching), NMI, ARI, and the two
-partitions of a latent that start the clustering phase (k-means, spectral).
+"""Clustering metrics: ACC (Hungarian matching), NMI, ARI, and the
+partitions of a latent that the clustering phase uses (k-means, spectral,
+equal-size k-means).
 
 Labels are used here and only here: to report how well a clustering agrees
 with the ground truth, never to choose anything.
@@ -77,6 +78,59 @@ def kmeans_on_sphere(z, *, num_clusters, n_init, seed):
                          random_state=seed)
   assignments = km.fit_predict(z)
   return assignments, _unit_rows(km.cluster_centers_).astype(np.float32)
+
+
+# Beyond this many points the dense [N, N] cost matrix of an exact
+# equal-size assignment (scipy's Hungarian solver) needs gigabytes.
+MAX_BALANCED_POINTS = 20000
+
+
+def balanced_kmeans_on_sphere(z, centroids, *, max_rounds=20):
+  """Equal-size spherical k-means from the given centroids.
+
+  Alternates until S stops changing (at most `max_rounds`): S maximises
+  the summed cosine of the points to their centroids subject to every
+  cluster holding at most ceil(N / K) points (an exact linear assignment
+  of the points to K * ceil(N / K) slots), then every centroid becomes its
+  cluster's normalised mean. For datasets whose classes have (about) equal
+  size, as COIL's 72 views per object: a nearest-centroid S there can give
+  one centroid two similar objects and cut another object in two.
+
+  Args:
+    z: [N, D] float embeddings, N <= MAX_BALANCED_POINTS.
+    centroids: [K, D] float starting centroids.
+    max_rounds: int >= 1.
+
+  Returns:
+    (assignments [N] int32, centroids [K, D] float32 on the unit sphere).
+  """
+  z = _unit_rows(z)
+  mu = _unit_rows(centroids)
+  n, k = len(z), len(mu)
+  if n > MAX_BALANCED_POINTS:
+    raise ValueError(
+        f"balanced assignments solve an exact [N, N] assignment; N = {n} "
+        f"points is above {MAX_BALANCED_POINTS}. Turn balanced_assignments "
+        f"off for a dataset this large.")
+  if mu.ndim != 2 or mu.shape[1] != z.shape[1]:
+    raise ValueError(f"centroids must be [K, {z.shape[1]}], got "
+                     f"{mu.shape}.")
+  if max_rounds < 1:
+    raise ValueError(f"max_rounds must be >= 1, got {max_rounds}.")
+  slots = np.repeat(np.arange(k), -(-n // k))
+  assignments = None
+  for _ in range(max_rounds):
+    rows, cols = optimize.linear_sum_assignment(-(z @ mu.T)[:, slots])
+    new = np.empty(n, dtype=np.int32)
+    new[rows] = slots[cols]
+    sums = np.zeros_like(mu)
+    np.add.at(sums, new, z)
+    mu = np.where(np.linalg.norm(sums, axis=1, keepdims=True) > 0,
+                  _unit_rows(sums), mu)
+    if assignments is not None and np.array_equal(new, assignments):
+      break
+    assignments = new
+  return new, mu.astype(np.float32)
 
 
 def spectral_on_sphere(z, *, num_clusters, n_neighbors, seed):

@@ -300,9 +300,14 @@ def _cluster_stage(model, images, labels, config, run, phase,
           latent = (phase == "cluster2"
                     and config.vote_latent_from is not None
                     and iteration >= config.vote_latent_from)
-          assignments = run.vote(
-              losses.assign_clusters(z, model.centroids).numpy(), images,
-              config, z=z if latent else None)
+          if config.balanced_assignments:
+            nearest, centroids = metrics.balanced_kmeans_on_sphere(
+                z, model.centroids.numpy())
+            model.centroids.assign(centroids)
+          else:
+            nearest = losses.assign_clusters(z, model.centroids).numpy()
+          assignments = run.vote(nearest, images, config,
+                                 z=z if latent else None)
         else:
           assignments = start_partition
           start_partition = start_partition if hold else None
@@ -490,6 +495,12 @@ def check_config_for_data(config, num_examples):
     raise ValueError(
         f"spectral_neighbors {config.spectral_neighbors} must be smaller "
         f"than the {num_examples} images to cluster.")
+  if (config.balanced_assignments
+      and num_examples > metrics.MAX_BALANCED_POINTS):
+    raise ValueError(
+        f"balanced_assignments works on up to "
+        f"{metrics.MAX_BALANCED_POINTS} images (an exact assignment); the "
+        f"data has {num_examples}. Use --nobalanced_assignments.")
 
 
 # What a run writes in its workdir; --overwrite removes exactly these.
