@@ -189,6 +189,9 @@ def init_centroids(model, images, config, z=None):
     assignments, centroids = metrics.spectral_on_sphere(
         z, num_clusters=config.num_clusters,
         n_neighbors=config.spectral_neighbors, seed=config.seed)
+    if config.balanced_assignments:
+      assignments, centroids = metrics.balanced_kmeans_on_sphere(
+          z, centroids)
   else:
     assignments, centroids = metrics.kmeans_on_sphere(
         z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
@@ -349,11 +352,13 @@ def _cluster_stage(model, images, labels, config, run, phase,
   finally:
     writer.close()
   result = _phase_result(history, epoch, time.time() - start)
-  if (hold or refresh or config.vote_rounds) and labels is not None:
-    # The history scores the partition θ trained on (held, or voted); the
-    # phase's scores are what the model now predicts (nearest centroid),
-    # as for every other phase.
-    key = "held_partition" if hold or refresh else "voted_partition"
+  if ((hold or refresh or config.vote_rounds or config.balanced_assignments)
+      and labels is not None):
+    # The history scores the partition θ trained on (held, voted or
+    # balanced); the phase's scores are what the model now predicts
+    # (nearest centroid), as for every other phase.
+    key = ("held_partition" if hold or refresh else
+           "voted_partition" if config.vote_rounds else "balanced_partition")
     predicted = losses.assign_clusters(embed(model, images, config),
                                        model.centroids).numpy()
     result[key] = {k: result[k] for k in ("acc", "nmi", "ari")}

@@ -560,3 +560,32 @@ def test_the_latent_vote_joins_stage_two_from_its_iteration(
 def test_vote_latent_from_must_not_be_negative():
   with pytest.raises(ValueError, match="vote_latent_from must be >= 0"):
     configs.TINY.replace(vote_latent_from=-1)
+
+
+def test_balanced_assignments_train_stage_two_on_equal_sizes(
+    tmp_path, monkeypatch):
+  _, trained_on = _spy_on_spectral_and_batches(monkeypatch)
+  x, labels = _noise_images()
+  config = _SPECTRAL_STAGE_ONE.replace(
+      cluster1_iterations=1, cluster2_iterations=2, cluster_tolerance=0,
+      balanced_assignments=True, phases=("pretrain", "cluster1", "cluster2"))
+  model, result = train.run_phases(config, x, labels, str(tmp_path),
+                                   verbose=0)
+  assert len(trained_on) == 4  # pre-training, stage I, two stage-II fits
+  for fit in trained_on[2:]:  # stage II's S: at most 60 / 4 per cluster
+    assert np.bincount(fit, minlength=4).max() == 15
+  # The phase scores the model's own nearest-centroid clustering, the
+  # history (and "balanced_partition") the S it trained on last.
+  stage = result["phases"]["cluster2"]
+  predicted = losses.assign_clusters(model.embed(x), model.centroids).numpy()
+  assert stage["acc"] == pytest.approx(
+      train.metrics.cluster_accuracy(labels, predicted))
+  assert stage["balanced_partition"]["acc"] == stage["history"][-1]["acc"]
+
+
+def test_balanced_assignments_must_fit_the_exact_solver(monkeypatch):
+  monkeypatch.setattr(train.metrics, "MAX_BALANCED_POINTS", 300)
+  config = configs.TINY.replace(balanced_assignments=True)
+  with pytest.raises(ValueError, match="up to 300 images"):
+    train.check_config_for_data(config, 301)
+  train.check_config_for_data(config, 300)

@@ -112,3 +112,60 @@ def test_knn_vote_rejects_bad_input():
     metrics.knn_vote([0, 1], [[1], [0]], num_clusters=2, rounds=-1)
   with pytest.raises(ValueError, match=r"cluster ids in \[0, 2\), got 0..2"):
     metrics.knn_vote([0, 2], [[1], [0]], num_clusters=2, rounds=1)
+
+
+def _best_capped_assignment(z, mu, cap):
+  """Brute force: the assignment with every cluster <= cap points that
+  maximises the summed cosine to the (fixed) centroids."""
+  best, best_value = None, -np.inf
+  for p in itertools.product(range(len(mu)), repeat=len(z)):
+    if np.bincount(p, minlength=len(mu)).max() > cap:
+      continue
+    value = np.sum(z * mu[list(p)])
+    if value > best_value:
+      best, best_value = np.asarray(p), value
+  return best, best_value
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_balanced_assignment_equals_brute_force(seed):
+  rng = np.random.default_rng(seed)
+  z = rng.normal(size=(7, 4))
+  mu = rng.normal(size=(3, 4))
+  unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)
+  labels, _ = metrics.balanced_kmeans_on_sphere(2.0 * z, mu, max_rounds=1)
+  _, best_value = _best_capped_assignment(unit(z), unit(mu), cap=3)
+  assert np.bincount(labels, minlength=3).max() <= 3  # ceil(7 / 3)
+  assert np.sum(unit(z) * unit(mu)[labels]) == pytest.approx(best_value)
+
+
+def test_balanced_kmeans_gives_a_merged_pair_its_own_centroid():
+  # Four equal groups of directions; the start puts two centroids on group
+  # 0 and one between groups 2 and 3. Nearest centroid keeps groups 2 and 3
+  # together; equal sizes make the spare centroid take one of them.
+  rng = np.random.default_rng(0)
+  axes = np.eye(4)
+  truth = np.repeat(np.arange(4), 20)
+  z = axes[truth] + 0.1 * rng.normal(size=(80, 4))
+  start = np.stack([axes[0] + 0.05, axes[0] - 0.05, axes[1],
+                    axes[2] + axes[3]])
+  nearest = np.argmax(z @ start.T, axis=1)
+  assert metrics.cluster_accuracy(truth, nearest) <= 0.75
+  labels, centroids = metrics.balanced_kmeans_on_sphere(z, start)
+  assert metrics.cluster_accuracy(truth, labels) == 1.0
+  assert np.all(np.bincount(labels) == 20)
+  np.testing.assert_allclose(np.linalg.norm(centroids, axis=1), 1.0,
+                             rtol=1e-5)
+  again, _ = metrics.balanced_kmeans_on_sphere(z, start)
+  np.testing.assert_array_equal(labels, again)
+
+
+def test_balanced_kmeans_rejects_bad_input(monkeypatch):
+  z = np.ones((10, 3))
+  with pytest.raises(ValueError, match=r"centroids must be \[K, 3\]"):
+    metrics.balanced_kmeans_on_sphere(z, np.ones((2, 4)))
+  with pytest.raises(ValueError, match="max_rounds must be >= 1"):
+    metrics.balanced_kmeans_on_sphere(z, np.ones((2, 3)), max_rounds=0)
+  monkeypatch.setattr(metrics, "MAX_BALANCED_POINTS", 9)
+  with pytest.raises(ValueError, match="N = 10 points is above 9"):
+    metrics.balanced_kmeans_on_sphere(z, np.ones((2, 3)))
