@@ -189,9 +189,6 @@ def init_centroids(model, images, config, z=None):
     assignments, centroids = metrics.spectral_on_sphere(
         z, num_clusters=config.num_clusters,
         n_neighbors=config.spectral_neighbors, seed=config.seed)
-    if config.balanced_assignments:
-      assignments, centroids = metrics.balanced_kmeans_on_sphere(
-          z, centroids)
   else:
     assignments, centroids = metrics.kmeans_on_sphere(
         z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
