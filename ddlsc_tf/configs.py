@@ -135,10 +135,11 @@ class Config:
   # of its current latent (as stage I with hold_refresh=1) instead of the
   # nearest-centroid S; implies cluster2_restart, and runs all iterations.
   cluster2_refresh: bool = False
-  # Ours: every nearest-centroid S (both stages) becomes an equal-size one:
-  # spherical k-means from the current centroids with every cluster holding
-  # at most ceil(N / K) points (metrics.balanced_kmeans_on_sphere), for
-  # datasets whose classes have equal size. Up to 20,000 images.
+  # Ours: every stage-II S becomes an equal-size one: spherical k-means
+  # from the current centroids (or from the clusters of a restarted or
+  # refreshed partition) with every cluster holding at most ceil(N / K)
+  # points (metrics.balanced_kmeans_on_sphere), for datasets whose classes
+  # have equal size. Up to 20,000 images.
   balanced_assignments: bool = False
   # Ours: after every assignment step of both stages (and on the starting
   # partition), `vote_rounds` rounds of a majority vote over each image's

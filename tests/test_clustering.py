@@ -562,16 +562,22 @@ def test_vote_latent_from_must_not_be_negative():
     configs.TINY.replace(vote_latent_from=-1)
 
 
+@pytest.mark.parametrize("refresh", [False, True])
 def test_balanced_assignments_train_stage_two_on_equal_sizes(
-    tmp_path, monkeypatch):
-  _, trained_on = _spy_on_spectral_and_batches(monkeypatch)
+    tmp_path, monkeypatch, refresh):
+  # Nearest-centroid S, or (refresh) new spectral partitions, made
+  # equal-size in stage II; stage I's held partition is left as it is.
+  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
   x, labels = _noise_images()
   config = _SPECTRAL_STAGE_ONE.replace(
       cluster1_iterations=1, cluster2_iterations=2, cluster_tolerance=0,
-      balanced_assignments=True, phases=("pretrain", "cluster1", "cluster2"))
+      cluster2_refresh=refresh, balanced_assignments=True,
+      phases=("pretrain", "cluster1", "cluster2"))
   model, result = train.run_phases(config, x, labels, str(tmp_path),
                                    verbose=0)
   assert len(trained_on) == 4  # pre-training, stage I, two stage-II fits
+  np.testing.assert_array_equal(trained_on[1], partitions[0])
+  assert len(partitions) == (4 if refresh else 1)
   for fit in trained_on[2:]:  # stage II's S: at most 60 / 4 per cluster
     assert np.bincount(fit, minlength=4).max() == 15
   # The phase scores the model's own nearest-centroid clustering, the
