@@ -135,12 +135,12 @@ class Config:
   # of its current latent (as stage I with hold_refresh=1) instead of the
   # nearest-centroid S; implies cluster2_restart, and runs all iterations.
   cluster2_refresh: bool = False
-  # Ours: every stage-II S becomes an equal-size one: spherical k-means
-  # from the current centroids (or from the clusters of a restarted or
-  # refreshed partition) with every cluster holding at most ceil(N / K)
-  # points (metrics.balanced_kmeans_on_sphere), for datasets whose classes
-  # have equal size. Up to 20,000 images.
-  balanced_assignments: bool = False
+  # Ours: from this stage-II iteration on (0: its first), S is equal-size:
+  # spherical k-means from the current centroids with every cluster holding
+  # at most ceil(N / K) points (metrics.balanced_kmeans_on_sphere), in place
+  # of the nearest-centroid S or a refreshed partition. For datasets whose
+  # classes have equal size; up to 20,000 images. None: never.
+  balanced_from: Optional[int] = None
   # Ours: after every assignment step of both stages (and on the starting
   # partition), `vote_rounds` rounds of a majority vote over each image's
   # knn_k nearest images in the whole dataset (the anchors' similarity,
@@ -211,7 +211,7 @@ class Config:
       raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
     non_negative = ("cluster1_iterations", "cluster2_iterations", "seed",
                     "hold_refresh",
-                    "vote_rounds", "vote_latent_from",
+                    "vote_rounds", "vote_latent_from", "balanced_from",
                     "cluster_tolerance", "cluster2_tolerance",
                     "pretrain_tolerance", "lambda_r",
                     "lambda_w", "lambda_b", "lambda_d_start", "lambda_d_end",

@@ -261,27 +261,11 @@ def _cluster_stage(model, images, labels, config, run, phase,
                    int(phase == "cluster2" and config.cluster2_refresh))
   refresh = refresh_every > 0
   restart = phase == "cluster2" and (config.cluster2_restart or refresh)
-  # Stage II's S are equal-size (its latent is compact by then; on stage
-  # I's spectral starts equal sizes cost COIL-20 0.06-0.12 ACC).
-  balance = phase == "cluster2" and config.balanced_assignments
-
-  def partition_again(z):
-    """A new `cluster_init` partition of the latent (equal-size k-means
-    from its clusters' centroids under `balance`), voted."""
-    partition = init_centroids(model, images, config, z=z)
-    if balance:
-      partition, centroids = metrics.balanced_kmeans_on_sphere(
-          z, model.centroids.numpy())
-      model.centroids.assign(centroids)
-    return run.vote(partition, images, config)
-
   if resume_state is None and (hold or restart
                                or not _centroids_initialised(model)):
-    z = embed(model, images, config)
+    partition = init_centroids(model, images, config)
     if config.cluster_init == "spectral":
-      start_partition = partition_again(z)
-    else:
-      init_centroids(model, images, config, z=z)
+      start_partition = run.vote(partition, images, config)
   elif hold:
     start_partition = assignments  # the checkpoint's S is the held one
   tensorboard = keras.callbacks.TensorBoard(
@@ -309,8 +293,13 @@ def _cluster_stage(model, images, labels, config, run, phase,
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
         z = embed(model, images, config)
-        if refresh and iteration > 0 and iteration % refresh_every == 0:
-          start_partition = partition_again(z)
+        balance = (phase == "cluster2" and config.balanced_from is not None
+                   and iteration >= config.balanced_from)
+        if balance:
+          start_partition = None  # equal sizes replace a new partition
+        elif refresh and iteration > 0 and iteration % refresh_every == 0:
+          start_partition = run.vote(
+              init_centroids(model, images, config, z=z), images, config)
         if start_partition is None:
           latent = (phase == "cluster2"
                     and config.vote_latent_from is not None
@@ -364,13 +353,15 @@ def _cluster_stage(model, images, labels, config, run, phase,
   finally:
     writer.close()
   result = _phase_result(history, epoch, time.time() - start)
-  if ((hold or refresh or config.vote_rounds or config.balanced_assignments)
-      and labels is not None):
+  if ((hold or refresh or config.vote_rounds
+       or config.balanced_from is not None) and labels is not None):
     # The history scores the partition θ trained on (held, voted or
     # balanced); the phase's scores are what the model now predicts
     # (nearest centroid), as for every other phase.
-    key = ("held_partition" if hold or refresh else
-           "voted_partition" if config.vote_rounds else "balanced_partition")
+    balanced = (config.balanced_from is not None
+                and history[-1]["iteration"] >= config.balanced_from)
+    key = ("held_partition" if hold else "balanced_partition" if balanced
+           else "held_partition" if refresh else "voted_partition")
     predicted = losses.assign_clusters(embed(model, images, config),
                                        model.centroids).numpy()
     result[key] = {k: result[k] for k in ("acc", "nmi", "ari")}
@@ -512,12 +503,12 @@ def check_config_for_data(config, num_examples):
     raise ValueError(
         f"spectral_neighbors {config.spectral_neighbors} must be smaller "
         f"than the {num_examples} images to cluster.")
-  if (config.balanced_assignments
+  if (config.balanced_from is not None
       and num_examples > metrics.MAX_BALANCED_POINTS):
     raise ValueError(
-        f"balanced_assignments works on up to "
-        f"{metrics.MAX_BALANCED_POINTS} images (an exact assignment); the "
-        f"data has {num_examples}. Use --nobalanced_assignments.")
+        f"balanced_from works on up to {metrics.MAX_BALANCED_POINTS} "
+        f"images (an exact assignment); the data has {num_examples}. Leave "
+        f"balanced_from unset.")
 
 
 # What a run writes in its workdir; --overwrite removes exactly these.

@@ -563,36 +563,40 @@ def test_vote_latent_from_must_not_be_negative():
 
 
 @pytest.mark.parametrize("refresh", [False, True])
-def test_balanced_assignments_train_stage_two_on_equal_sizes(
+def test_balanced_from_trains_stage_two_on_equal_sizes(
     tmp_path, monkeypatch, refresh):
-  # Nearest-centroid S, or (refresh) new spectral partitions, made
-  # equal-size in stage II; stage I's held partition is left as it is.
+  # From stage-II iteration 1 on, S is equal-size k-means from the current
+  # centroids, in place of nearest centroid or a refreshed partition; stage
+  # I's held partition and stage II's first S are left as they are.
   partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
   x, labels = _noise_images()
   config = _SPECTRAL_STAGE_ONE.replace(
-      cluster1_iterations=1, cluster2_iterations=2, cluster_tolerance=0,
-      cluster2_refresh=refresh, balanced_assignments=True,
+      cluster1_iterations=1, cluster2_iterations=3, cluster_tolerance=0,
+      cluster2_refresh=refresh, balanced_from=1,
       phases=("pretrain", "cluster1", "cluster2"))
   model, result = train.run_phases(config, x, labels, str(tmp_path),
                                    verbose=0)
-  assert len(trained_on) == 4  # pre-training, stage I, two stage-II fits
+  assert len(trained_on) == 5  # pre-training, stage I, three stage-II fits
   np.testing.assert_array_equal(trained_on[1], partitions[0])
-  assert len(partitions) == (4 if refresh else 1)
-  for fit in trained_on[2:]:  # stage II's S: at most 60 / 4 per cluster
+  if refresh:  # stage II's restart, then no more spectral partitions
+    assert len(partitions) == 2
+    np.testing.assert_array_equal(trained_on[2], partitions[1])
+  else:
+    assert len(partitions) == 1
+  for fit in trained_on[3:]:  # at most 60 / 4 per cluster
     assert np.bincount(fit, minlength=4).max() == 15
-  # The phase scores the model's own nearest-centroid clustering, the
-  # history (and the held or balanced partition) the last S.
+  # The phase scores the model's own nearest-centroid clustering,
+  # "balanced_partition" the last S.
   stage = result["phases"]["cluster2"]
   predicted = losses.assign_clusters(model.embed(x), model.centroids).numpy()
   assert stage["acc"] == pytest.approx(
       train.metrics.cluster_accuracy(labels, predicted))
-  key = "held_partition" if refresh else "balanced_partition"
-  assert stage[key]["acc"] == stage["history"][-1]["acc"]
+  assert stage["balanced_partition"]["acc"] == stage["history"][-1]["acc"]
 
 
-def test_balanced_assignments_must_fit_the_exact_solver(monkeypatch):
+def test_balanced_from_must_fit_the_exact_solver(monkeypatch):
   monkeypatch.setattr(train.metrics, "MAX_BALANCED_POINTS", 300)
-  config = configs.TINY.replace(balanced_assignments=True)
-  with pytest.raises(ValueError, match="up to 300 images"):
+  config = configs.TINY.replace(balanced_from=0)
+  with pytest.raises(ValueError, match="balanced_from works on up to 300"):
     train.check_config_for_data(config, 301)
   train.check_config_for_data(config, 300)
