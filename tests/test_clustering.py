@@ -372,15 +372,24 @@ def test_hold_refresh_recomputes_the_held_partition(make_blobs, tmp_path,
       train.metrics.cluster_accuracy(labels, partitions[-1]))
 
 
-@pytest.mark.parametrize("restart", [False, True])
-def test_stage_two_restart_trains_on_a_new_spectral_partition(
-    restart, tmp_path, monkeypatch):
+def _run_both_stages(tmp_path, monkeypatch, **changes):
+  """Pre-training, one stage-I iteration and stage II on noise images with
+  the spies on: (partitions, trained_on, model, result, images, labels)."""
   partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
   x, labels = _noise_images()
   config = _SPECTRAL_STAGE_ONE.replace(
-      cluster1_iterations=1, cluster2_iterations=1, cluster2_restart=restart,
-      phases=("pretrain", "cluster1", "cluster2"))
-  model, _ = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+      cluster1_iterations=1, phases=("pretrain", "cluster1", "cluster2"),
+      **changes)
+  model, result = train.run_phases(config, x, labels, str(tmp_path),
+                                   verbose=0)
+  return partitions, trained_on, model, result, x, labels
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_stage_two_restart_trains_on_a_new_spectral_partition(
+    restart, tmp_path, monkeypatch):
+  partitions, trained_on, _, _, _, _ = _run_both_stages(
+      tmp_path, monkeypatch, cluster2_iterations=1, cluster2_restart=restart)
   assert len(trained_on) == 3  # pre-training, stage I, stage II
   np.testing.assert_array_equal(trained_on[1], partitions[0])
   if restart:
@@ -393,12 +402,9 @@ def test_stage_two_restart_trains_on_a_new_spectral_partition(
 
 def test_stage_two_refresh_trains_every_iteration_on_a_new_partition(
     tmp_path, monkeypatch):
-  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
-  x, labels = _noise_images()
-  config = _SPECTRAL_STAGE_ONE.replace(
-      cluster1_iterations=1, cluster2_iterations=2, cluster2_refresh=True,
-      cluster_tolerance=1e9, phases=("pretrain", "cluster1", "cluster2"))
-  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  partitions, trained_on, _, result, _, labels = _run_both_stages(
+      tmp_path, monkeypatch, cluster2_iterations=2, cluster2_refresh=True,
+      cluster_tolerance=1e9)
   # Stage I's start; stage II's start, its iteration 1 and its last
   # (scored, not trained on).
   assert len(partitions) == 4
@@ -568,14 +574,9 @@ def test_balanced_from_trains_stage_two_on_equal_sizes(
   # From stage-II iteration 1 on, S is equal-size k-means from the current
   # centroids, in place of nearest centroid or a refreshed partition; stage
   # I's held partition and stage II's first S are left as they are.
-  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
-  x, labels = _noise_images()
-  config = _SPECTRAL_STAGE_ONE.replace(
-      cluster1_iterations=1, cluster2_iterations=3, cluster_tolerance=0,
-      cluster2_refresh=refresh, balanced_from=1,
-      phases=("pretrain", "cluster1", "cluster2"))
-  model, result = train.run_phases(config, x, labels, str(tmp_path),
-                                   verbose=0)
+  partitions, trained_on, model, result, x, labels = _run_both_stages(
+      tmp_path, monkeypatch, cluster2_iterations=3, cluster_tolerance=0,
+      cluster2_refresh=refresh, balanced_from=1)
   assert len(trained_on) == 5  # pre-training, stage I, three stage-II fits
   np.testing.assert_array_equal(trained_on[1], partitions[0])
   if refresh:  # stage II's restart, then no more spectral partitions
