@@ -220,6 +220,12 @@ def _lambda_d(config, iteration, iterations):
                                              config.lambda_d_start)
 
 
+def _balanced(config, phase, iteration):
+  """Whether this iteration's S is equal-size (`balanced_from`, stage II)."""
+  return (phase == "cluster2" and config.balanced_from is not None
+          and iteration >= config.balanced_from)
+
+
 def _cluster_stage(model, images, labels, config, run, phase,
                    resume_state=None):
   """Alternating maximisation of stage I (eq. 8) or stage II (eq. 11).
@@ -293,8 +299,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
         z = embed(model, images, config)
-        balance = (phase == "cluster2" and config.balanced_from is not None
-                   and iteration >= config.balanced_from)
+        balance = _balanced(config, phase, iteration)
         if balance:
           start_partition = None  # equal sizes replace a new partition
         elif refresh and iteration > 0 and iteration % refresh_every == 0:
@@ -353,15 +358,13 @@ def _cluster_stage(model, images, labels, config, run, phase,
   finally:
     writer.close()
   result = _phase_result(history, epoch, time.time() - start)
-  if ((hold or refresh or config.vote_rounds
-       or config.balanced_from is not None) and labels is not None):
+  balanced = _balanced(config, phase, history[-1]["iteration"])
+  if (hold or refresh or balanced or config.vote_rounds) and labels is not None:
     # The history scores the partition θ trained on (held, voted or
     # balanced); the phase's scores are what the model now predicts
     # (nearest centroid), as for every other phase.
-    balanced = (config.balanced_from is not None
-                and history[-1]["iteration"] >= config.balanced_from)
-    key = ("held_partition" if hold else "balanced_partition" if balanced
-           else "held_partition" if refresh else "voted_partition")
+    key = ("balanced_partition" if balanced else
+           "held_partition" if hold or refresh else "voted_partition")
     predicted = losses.assign_clusters(embed(model, images, config),
                                        model.centroids).numpy()
     result[key] = {k: result[k] for k in ("acc", "nmi", "ari")}

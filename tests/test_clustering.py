@@ -595,6 +595,19 @@ def test_balanced_from_trains_stage_two_on_equal_sizes(
   assert stage["balanced_partition"]["acc"] == stage["history"][-1]["acc"]
 
 
+def test_balanced_from_leaves_stage_one_as_it_is(make_blobs, tmp_path):
+  # A k-means start (no held partition): stage I keeps nearest-centroid S
+  # and reports no partition of its own; stage II's S are equal-size.
+  x, labels = make_blobs(n=60)
+  config = _SIXTY_IMAGES.replace(
+      cluster_init="kmeans", vote_rounds=0, cluster1_iterations=1,
+      cluster2_iterations=1, balanced_from=0)
+  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  assert set(result["phases"]["cluster1"]).isdisjoint(
+      {"balanced_partition", "held_partition", "voted_partition"})
+  assert "balanced_partition" in result["phases"]["cluster2"]
+
+
 def test_balanced_from_must_fit_the_exact_solver(monkeypatch):
   monkeypatch.setattr(train.metrics, "MAX_BALANCED_POINTS", 300)
   config = configs.TINY.replace(balanced_from=0)
