@@ -20,18 +20,24 @@ class Affine(NamedTuple):
   scale: float        # relative: 0.1 draws scales in [0.9, 1.1]
   shear: float        # x-shift per unit of y (a slant)
   translation: float  # pixels, x and y drawn independently
+  # Ours: the probability that a copy is also mirrored left to right (a
+  # turntable object seen in a mirror looks like itself from the mirrored
+  # pose); 0: never, and the maps are those of the 4-number form.
+  flip: float = 0.0
 
   @classmethod
   def parse(cls, values):
-    """An Affine from 4 numbers (a config's `augment`); () gives None."""
+    """An Affine from 4 or 5 numbers (a config's `augment`); () gives None."""
     values = tuple(float(v) for v in values)
     if not values:
       return None
-    if len(values) != 4 or any(not math.isfinite(v) or v < 0
-                               for v in values):
+    if (len(values) not in (4, 5)
+        or any(not math.isfinite(v) or v < 0 for v in values)
+        or (len(values) == 5 and values[4] > 1)):
       raise ValueError(
           f"augment must be empty (off) or 4 finite numbers >= 0: rotation "
-          f"in degrees, scale, shear, translation in pixels; got "
+          f"in degrees, scale, shear, translation in pixels, and optionally "
+          f"a fifth, the probability in [0, 1] of a left-right mirror; got "
           f"{list(values)}.")
     return cls(*values)
 
@@ -60,6 +66,14 @@ def random_affine(x, *, affine, seed):
   cos, sin = tf.cos(angle) / scale, tf.sin(angle) / scale
   m00, m01 = cos, shear * cos - sin
   m10, m11 = sin, shear * sin + cos
+  if affine.flip > 0:
+    # A mirrored copy reads the input at x -> 2c - x: M's x column negated.
+    # Its own draw, so a zero flip leaves the 4-number maps unchanged.
+    mirror = tf.random.stateless_uniform(
+        [b], seed=tf.random.experimental.stateless_fold_in(seed, 7),
+        dtype=x.dtype) < affine.flip
+    sign = tf.where(mirror, -tf.ones_like(angle), tf.ones_like(angle))
+    m00, m10 = m00 * sign, m10 * sign
   cx = (tf.cast(w, x.dtype) - 1.0) / 2.0
   cy = (tf.cast(h, x.dtype) - 1.0) / 2.0
   zeros = tf.zeros_like(angle)

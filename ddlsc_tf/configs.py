@@ -68,7 +68,11 @@ class Config:
   # Ours: pre-training adds to each batch a copy of every image under a
   # random affine map drawn within ±(rotation in degrees, relative scale,
   # shear, translation in pixels), and makes each (image, copy) pair an
-  # anchor (augment.py, losses.with_copy_anchors). Empty: off, as the paper.
+  # anchor (augment.py, losses.with_copy_anchors). An optional fifth number
+  # is the probability that a copy is also mirrored left to right; on
+  # COIL-20 0.5 raised pre-training on every seed but not the final ACC
+  # (RESULTS.md, COIL, "Session 26"), so no preset uses it. Empty: off, as
+  # the paper.
   augment: Tuple[float, ...] = ()
   # Ours: the fraction of a batch's images that get a copy (a random subset
   # per step; the network runs on |B|(1 + fraction) rows), and the phases

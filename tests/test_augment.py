@@ -60,10 +60,41 @@ def test_rotation_keeps_the_centre_pixel():
   np.testing.assert_allclose(out[:, 4, 4, 0], 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_sure_flip_mirrors_every_image(graph):
+  x = _images(np.random.default_rng(2))
+  fn = tf.function(augment.random_affine) if graph else augment.random_affine
+  out = fn(x, affine=augment.Affine(0.0, 0.0, 0.0, 0.0, 1.0),
+           seed=tf.constant([0, 3]))
+  np.testing.assert_allclose(out, x[:, :, ::-1], atol=1e-5)
+
+
+def test_a_zero_flip_keeps_the_four_number_maps():
+  x = _images(np.random.default_rng(3))
+  seed = tf.constant([1, 4])
+  four = augment.random_affine(
+      x, affine=augment.Affine.parse((12, 0.1, 0.2, 2)), seed=seed)
+  five = augment.random_affine(
+      x, affine=augment.Affine.parse((12, 0.1, 0.2, 2, 0)), seed=seed)
+  np.testing.assert_array_equal(four, five)
+
+
+def test_a_half_flip_mirrors_some_images():
+  x = _images(np.random.default_rng(4), b=64)
+  out = augment.random_affine(x, affine=augment.Affine(0, 0, 0, 0, 0.5),
+                              seed=tf.constant([2, 2])).numpy()
+  mirrored = np.all(np.isclose(out, x[:, :, ::-1], atol=1e-5), axis=(1, 2, 3))
+  kept = np.all(np.isclose(out, x, atol=1e-5), axis=(1, 2, 3))
+  assert np.all(mirrored | kept)
+  assert 10 < mirrored.sum() < 54
+
+
 def test_parse_rejects_bad_values():
   assert augment.Affine.parse(()) is None
   assert augment.Affine.parse([1, 2, 3, 4]) == augment.Affine(1, 2, 3, 4)
-  for bad in ((1, 2, 3), (1, 2, 3, -1), (1, 2, float("nan"), 4)):
+  assert augment.Affine.parse([1, 2, 3, 4, 0.5]).flip == 0.5
+  for bad in ((1, 2, 3), (1, 2, 3, -1), (1, 2, float("nan"), 4),
+              (1, 2, 3, 4, 1.5), (1, 2, 3, 4, 0.5, 1)):
     with pytest.raises(ValueError, match="augment must be empty"):
       augment.Affine.parse(bad)
   with pytest.raises(ValueError, match="augment must be empty"):
