@@ -9,6 +9,7 @@ import dataclasses
 from typing import Optional, Tuple
 
 from ddlsc_tf import augment as augment_lib
+from ddlsc_tf import metrics as metrics_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +127,11 @@ class Config:
   # stage II alternates as the paper; metrics.spectral_on_sphere).
   cluster_init: str = "kmeans"
   spectral_neighbors: int = 10
+  # The spectral start's graph (metrics.spectral_on_sphere): "knn", the
+  # symmetrised kNN graph (scikit-learn's: a one-way neighbour is half an
+  # edge), or "mutual" (ours: an edge only between mutual neighbours, k
+  # raised until the graph has at most K components).
+  spectral_graph: str = "knn"
   # Ours: with a spectral start, stage I's held partition is computed again
   # from the current latent every `hold_refresh` outer iterations (0: the
   # start's partition is held throughout); stage I then runs all its
@@ -248,6 +254,10 @@ class Config:
           f"batch_neighbours must be in [0, knn_k={self.knn_k}), got "
           f"{self.batch_neighbours} (a smaller knn_k needs a smaller "
           f"--batch_neighbours; 0 turns neighbour-grouped batches off).")
+    if self.spectral_graph not in metrics_lib.SPECTRAL_GRAPHS:
+      raise ValueError(f"spectral_graph must be one of "
+                       f"{list(metrics_lib.SPECTRAL_GRAPHS)}, got "
+                       f"{self.spectral_graph!r}.")
     if self.cluster_init not in ("kmeans", "spectral"):
       raise ValueError(f"cluster_init must be 'kmeans' or 'spectral', got "
                        f"{self.cluster_init!r}.")

@@ -6,10 +6,15 @@ Labels are used here and only here: to report how well a clustering agrees
 with the ground truth, never to choose anything.
 """
 
+import warnings
+
 import numpy as np
 from scipy import optimize
+from scipy import sparse
+from scipy.sparse import csgraph
 from sklearn import cluster as sk_cluster
 from sklearn import metrics as sk_metrics
+from sklearn import neighbors as sk_neighbors
 
 
 def _check_labels(y_true, y_pred):
@@ -133,14 +138,68 @@ def balanced_kmeans_on_sphere(z, centroids, *, max_rounds=20):
   return new, mu.astype(np.float32)
 
 
-def spectral_on_sphere(z, *, num_clusters, n_neighbors, seed):
+SPECTRAL_GRAPHS = ("knn", "mutual")
+
+
+def mutual_knn_graph(z, *, n_neighbors, max_components):
+  """The mutual kNN graph of the rows of `z`, k raised until it has at most
+  `max_components` connected components.
+
+  As scikit-learn's kNN affinity (the "knn" graph of `spectral_on_sphere`),
+  a point's k nearest include itself (Euclidean; cosine order on unit
+  rows); points i and j are joined when each is among the other's k
+  nearest. A one-way neighbour (a point near the edge of another cluster,
+  whose own neighbours lie elsewhere) gives no edge, where the symmetrised
+  graph gives it half a one. The mutual graph can fall apart into more
+  pieces than there are clusters, and spectral clustering then spends
+  clusters on pieces: starting at `n_neighbors`, k grows by one until the
+  graph has at most `max_components` components (ours; at k = N it is
+  complete).
+
+  Args:
+    z: [N, D] float.
+    n_neighbors: the smallest k, in [1, N).
+    max_components: int >= 1.
+
+  Returns:
+    (graph: [N, N] scipy.sparse CSR of 0/1 floats, symmetric, ones on the
+    diagonal; k: the k used).
+  """
+  z = np.asarray(z, np.float64)
+  n = len(z)
+  if not 1 <= n_neighbors < n:
+    raise ValueError(f"n_neighbors must be in [1, {n}) for {n} points, got "
+                     f"{n_neighbors}.")
+  if max_components < 1:
+    raise ValueError(f"max_components must be >= 1, got {max_components}.")
+  k, listed = int(n_neighbors), 0
+  while True:
+    others = k - 1  # the point itself is the first of its k nearest
+    if others > listed:  # neighbour lists for up to twice as many
+      listed = min(n - 1, 2 * others)
+      order = sk_neighbors.NearestNeighbors(n_neighbors=listed).fit(
+          z).kneighbors(return_distance=False)  # without the point itself
+    one_way = sparse.csr_matrix(
+        (np.ones(n * others), (np.repeat(np.arange(n), others),
+                               order[:, :others].ravel())), shape=(n, n))
+    graph = (one_way.minimum(one_way.T)
+             + sparse.identity(n, format="csr")).tocsr()
+    if k >= n or csgraph.connected_components(
+        graph, directed=False)[0] <= max_components:
+      return graph, k
+    k += 1
+
+
+def spectral_on_sphere(z, *, num_clusters, n_neighbors, seed, graph="knn"):
   """Spectral clustering of the normalised latent's kNN graph.
 
   A partition that follows the latent's neighbourhoods rather than its
   distances to K centres: it can keep a connected but elongated cluster
-  (COIL's pose circles) whole where k-means cuts it. The symmetric
-  `n_neighbors`-NN connectivity graph of the unit rows (cosine), the
-  normalised Laplacian's first K eigenvectors, labels by QR pivoting
+  (COIL's pose circles) whole where k-means cuts it. The `n_neighbors`-NN
+  connectivity graph of the unit rows (cosine), symmetrised
+  (`graph="knn"`: scikit-learn's, a one-way neighbour is half an edge) or
+  mutual (`graph="mutual"`: `mutual_knn_graph`, at most K components),
+  the normalised Laplacian's first K eigenvectors, labels by QR pivoting
   (scikit-learn's `cluster_qr`: no k-means restarts).
 
   Args:
@@ -148,6 +207,7 @@ def spectral_on_sphere(z, *, num_clusters, n_neighbors, seed):
     num_clusters: K.
     n_neighbors: the graph's k, < N.
     seed: int, the eigensolver's random state.
+    graph: one of `SPECTRAL_GRAPHS`.
 
   Returns:
     (assignments [N] int, centroids [K, D] float on the unit sphere: each
@@ -158,14 +218,26 @@ def spectral_on_sphere(z, *, num_clusters, n_neighbors, seed):
   if not 1 <= n_neighbors < len(z):
     raise ValueError(f"n_neighbors must be in [1, {len(z)}) for {len(z)} "
                      f"points, got {n_neighbors}.")
+  if graph not in SPECTRAL_GRAPHS:
+    raise ValueError(f"unknown spectral graph {graph!r}; expected one of "
+                     f"{SPECTRAL_GRAPHS}.")
+  mutual = graph == "mutual"
   spectral = sk_cluster.SpectralClustering(
-      n_clusters=num_clusters, affinity="nearest_neighbors",
+      n_clusters=num_clusters,
+      affinity="precomputed" if mutual else "nearest_neighbors",
       n_neighbors=n_neighbors, assign_labels="cluster_qr",
       random_state=seed,
       # scikit-learn's default solver (ARPACK) on small sets, LOBPCG on
       # large ones (MNIST's 70k points: 49 s here).
       eigen_solver="lobpcg" if len(z) > 5000 else "arpack")
-  assignments = spectral.fit_predict(z).astype(np.int32)
+  if mutual:
+    affinity, _ = mutual_knn_graph(z, n_neighbors=n_neighbors,
+                                   max_components=num_clusters)
+    with warnings.catch_warnings():  # up to K components are expected
+      warnings.filterwarnings("ignore", "Graph is not fully connected")
+      assignments = spectral.fit_predict(affinity).astype(np.int32)
+  else:
+    assignments = spectral.fit_predict(z).astype(np.int32)
   sums = np.zeros((num_clusters, z.shape[1]))
   np.add.at(sums, assignments, z)
   empty = np.flatnonzero(np.bincount(assignments, minlength=num_clusters)

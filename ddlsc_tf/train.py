@@ -188,7 +188,8 @@ def init_centroids(model, images, config, z=None):
   if config.cluster_init == "spectral":
     assignments, centroids = metrics.spectral_on_sphere(
         z, num_clusters=config.num_clusters,
-        n_neighbors=config.spectral_neighbors, seed=config.seed)
+        n_neighbors=config.spectral_neighbors, seed=config.seed,
+        graph=config.spectral_graph)
   else:
     assignments, centroids = metrics.kmeans_on_sphere(
         z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,

@@ -328,6 +328,29 @@ def _spy_on_spectral_and_batches(monkeypatch):
   return partitions, trained_on
 
 
+def test_spectral_start_uses_the_configured_graph(monkeypatch):
+  seen = []
+  spectral = train.metrics.spectral_on_sphere
+
+  def spy_spectral(*args, **kwargs):
+    seen.append(kwargs["graph"])
+    return spectral(*args, **kwargs)
+
+  monkeypatch.setattr(train.metrics, "spectral_on_sphere", spy_spectral)
+  for graph in ("knn", "mutual"):
+    config = _SPECTRAL_STAGE_ONE.replace(spectral_graph=graph)
+    model = train.build_model(config, (28, 28, 1))
+    z = np.random.default_rng(0).normal(
+        size=(60, model.centroids.shape[1])).astype(np.float32)
+    start = train.init_centroids(model, None, config, z=z)
+    expected, centroids = spectral(
+        z, num_clusters=config.num_clusters, n_neighbors=5, seed=0,
+        graph=graph)
+    np.testing.assert_array_equal(start, expected)
+    np.testing.assert_allclose(model.centroids.numpy(), centroids)
+  assert seen == ["knn", "mutual"]
+
+
 def test_spectral_start_holds_the_partition_through_stage_one(
     make_blobs, tmp_path, monkeypatch):
   # Stage I trains on the spectral partition in every iteration; its phase
@@ -430,6 +453,8 @@ def test_spectral_neighbours_must_fit_the_data():
   train.check_config_for_data(config, 301)
   with pytest.raises(ValueError, match="cluster_init"):
     configs.TINY.replace(cluster_init="dbscan")
+  with pytest.raises(ValueError, match="spectral_graph must be one of"):
+    configs.TINY.replace(spectral_graph="full")
 
 
 def test_resumed_spectral_stage_one_keeps_the_held_partition(tmp_path,

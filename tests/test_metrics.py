@@ -79,6 +79,59 @@ def test_spectral_on_sphere_rejects_too_many_neighbours():
     metrics.spectral_on_sphere(z, num_clusters=2, n_neighbors=10, seed=0)
 
 
+def _mutual_reference(z, k):
+  """NumPy: i ~ j when each is among the other's k nearest, the point
+  itself counted first (scikit-learn's kNN affinity)."""
+  d = ((z[:, None] - z[None]) ** 2).sum(-1)
+  np.fill_diagonal(d, -1.0)
+  nearest = np.zeros(d.shape, bool)
+  np.put_along_axis(nearest, np.argsort(d, axis=1)[:, :k], True, axis=1)
+  return (nearest & nearest.T).astype(float)
+
+
+def _components(graph):
+  from scipy.sparse import csgraph
+  return csgraph.connected_components(graph, directed=False)[0]
+
+
+def test_mutual_knn_graph_against_numpy():
+  z = np.random.default_rng(0).normal(size=(60, 4))
+  graph, k = metrics.mutual_knn_graph(z, n_neighbors=6, max_components=60)
+  assert k == 6
+  np.testing.assert_array_equal(graph.toarray(), _mutual_reference(z, 6))
+  assert (graph != graph.T).nnz == 0
+
+
+def test_mutual_knn_graph_raises_k_to_at_most_max_components():
+  # Four tight groups of 5 far apart: the mutual 5-NN graph (4 others) is
+  # the 4 groups; 2 components need k to reach into a second group.
+  rng = np.random.default_rng(1)
+  centres = np.array([[0., 0.], [10., 0.], [0., 30.], [10., 30.]])
+  z = np.concatenate([c + 0.1 * rng.normal(size=(5, 2)) for c in centres])
+  graph, k = metrics.mutual_knn_graph(z, n_neighbors=5, max_components=4)
+  assert (k, _components(graph)) == (5, 4)
+  graph, k = metrics.mutual_knn_graph(z, n_neighbors=5, max_components=2)
+  assert k > 5 and _components(graph) <= 2
+  np.testing.assert_array_equal(graph.toarray(), _mutual_reference(z, k))
+  assert _components(_mutual_reference(z, k - 1)) > 2  # the smallest k
+  graph, k = metrics.mutual_knn_graph(z, n_neighbors=5, max_components=1)
+  assert _components(graph) == 1 and k <= len(z)
+  with pytest.raises(ValueError, match="max_components must be >= 1"):
+    metrics.mutual_knn_graph(z, n_neighbors=5, max_components=0)
+  with pytest.raises(ValueError, match=r"n_neighbors must be in \[1, 20\)"):
+    metrics.mutual_knn_graph(z, n_neighbors=20, max_components=2)
+
+
+def test_spectral_on_sphere_on_the_mutual_graph():
+  z, truth = _two_arcs()
+  labels, _ = metrics.spectral_on_sphere(z, num_clusters=2, n_neighbors=5,
+                                         seed=0, graph="mutual")
+  assert metrics.cluster_accuracy(truth, labels) == 1.0
+  with pytest.raises(ValueError, match="unknown spectral graph 'full'"):
+    metrics.spectral_on_sphere(z, num_clusters=2, n_neighbors=5, seed=0,
+                               graph="full")
+
+
 def test_knn_vote_takes_the_neighbours_majority():
   # Two chains of 6 points; point 2 is wrongly in cluster 1 and point 9 in
   # cluster 0. Each point's neighbours are the two on either side of it in
