@@ -172,13 +172,13 @@ def mutual_knn_graph(z, *, n_neighbors, max_components):
                      f"{n_neighbors}.")
   if max_components < 1:
     raise ValueError(f"max_components must be >= 1, got {max_components}.")
-  k, listed = int(n_neighbors), 0
+  k, order = int(n_neighbors), np.zeros((n, 0), np.int64)
   while True:
     others = k - 1  # the point itself is the first of its k nearest
-    if others > listed:  # neighbour lists for up to twice as many
-      listed = min(n - 1, 2 * others)
-      order = sk_neighbors.NearestNeighbors(n_neighbors=listed).fit(
-          z).kneighbors(return_distance=False)  # without the point itself
+    if others > order.shape[1]:  # lists for up to twice as many, no self
+      order = sk_neighbors.NearestNeighbors(
+          n_neighbors=min(n - 1, 2 * others)).fit(z).kneighbors(
+              return_distance=False)
     one_way = sparse.csr_matrix(
         (np.ones(n * others), (np.repeat(np.arange(n), others),
                                order[:, :others].ravel())), shape=(n, n))
