@@ -194,6 +194,12 @@ class Config:
   # while 10 or more restarts found 14,839 (ACC 0.797) for every seed tried
   # (RESULTS.md, "Session 3").
   kmeans_n_init: int = 10
+  # Ours: that k-means (scikit-learn's, Euclidean on the unit rows) is
+  # refined by spherical k-means until S stops changing: nearest centroid by
+  # cosine, centroids the clusters' normalised means, the geometry of the
+  # clustering phase (eq. 7; metrics.kmeans_on_sphere). False: the
+  # Euclidean k-means alone.
+  kmeans_spherical: bool = False
   # Pictures after each phase (t-SNE of this many points and a confusion
   # matrix, as PNGs and in TensorBoard); 0: none. Needs matplotlib.
   tsne_points: int = 10000

@@ -66,14 +66,27 @@ def _unit_rows(z):
   return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
 
 
-def kmeans_on_sphere(z, *, num_clusters, n_init, seed):
+def kmeans_on_sphere(z, *, num_clusters, n_init, seed, spherical=False,
+                     max_rounds=300):
   """k-means on the L2-normalised latent, as the clustering phase sees it.
+
+  scikit-learn's (Euclidean) k-means of the unit rows, `n_init` restarts,
+  the lowest inertia kept. With `spherical`, that partition is then refined
+  by spherical k-means until S stops changing (at most `max_rounds`): each
+  point goes to the centroid of highest cosine and each centroid becomes
+  its cluster's normalised mean, the assignment and centroid steps of
+  Algorithm 2 (eq. 7). Euclidean k-means scores a point against an
+  unnormalised mean, so a tight cluster (mean near the sphere) and a loose
+  one are not compared by cosine; the refinement never lowers the summed
+  cosine of the points to their centroids.
 
   Args:
     z: [N, D] float embeddings.
     num_clusters: K.
     n_init: k-means restarts (the best inertia is kept).
     seed: int, k-means random state.
+    spherical: bool, refine by spherical k-means.
+    max_rounds: int >= 1, the refinement's most rounds.
 
   Returns:
     (assignments [N] int, centroids [K, D] float on the unit sphere).
@@ -82,7 +95,21 @@ def kmeans_on_sphere(z, *, num_clusters, n_init, seed):
   km = sk_cluster.KMeans(n_clusters=num_clusters, n_init=n_init,
                          random_state=seed)
   assignments = km.fit_predict(z)
-  return assignments, _unit_rows(km.cluster_centers_).astype(np.float32)
+  centroids = _unit_rows(km.cluster_centers_)
+  if spherical:
+    if max_rounds < 1:
+      raise ValueError(f"max_rounds must be >= 1, got {max_rounds}.")
+    for _ in range(max_rounds):
+      new = np.argmax(z @ centroids.T, axis=1).astype(assignments.dtype)
+      if np.array_equal(new, assignments):
+        break
+      assignments = new
+      sums = np.zeros_like(centroids)
+      np.add.at(sums, assignments, z)
+      # An emptied cluster keeps its centroid.
+      centroids = np.where(np.linalg.norm(sums, axis=1, keepdims=True) > 0,
+                           _unit_rows(sums), centroids)
+  return assignments, centroids.astype(np.float32)
 
 
 # Beyond this many points the dense [N, N] cost matrix of an exact

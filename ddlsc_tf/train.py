@@ -85,6 +85,14 @@ def embed(model, images, config):
   return model.embed(images)
 
 
+def kmeans(z, config):
+  """The configured k-means of the normalised latent (restarts, seed, the
+  spherical refinement): (assignments [N], centroids [K, D])."""
+  return metrics.kmeans_on_sphere(
+      z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
+      seed=config.seed, spherical=config.kmeans_spherical)
+
+
 def evaluate(model, images, labels, config):
   """k-means on the normalised latent of every image → ACC/NMI/ARI.
 
@@ -93,9 +101,7 @@ def evaluate(model, images, labels, config):
   if labels is None:
     return {}
   z = embed(model, images, config)
-  assignments, _ = metrics.kmeans_on_sphere(
-      z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
-      seed=config.seed)
+  assignments, _ = kmeans(z, config)
   return metrics.clustering_scores(labels, assignments)
 
 
@@ -191,9 +197,7 @@ def init_centroids(model, images, config, z=None):
         n_neighbors=config.spectral_neighbors, seed=config.seed,
         graph=config.spectral_graph)
   else:
-    assignments, centroids = metrics.kmeans_on_sphere(
-        z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
-        seed=config.seed)
+    assignments, centroids = kmeans(z, config)
   model.centroids.assign(centroids)
   return assignments
 
@@ -428,9 +432,7 @@ def _pictures(model, images, labels, config, workdir, phase, phase_result):
   from ddlsc_tf import plots  # pylint: disable=import-outside-toplevel
   z = model.embed(images)
   if phase == "pretrain" or not _centroids_initialised(model):
-    assignments, _ = metrics.kmeans_on_sphere(
-        z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
-        seed=config.seed)
+    assignments, _ = kmeans(z, config)
   else:
     assignments = losses.assign_clusters(z, model.centroids).numpy()
   acc = phase_result.get("acc")
