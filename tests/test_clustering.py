@@ -351,6 +351,26 @@ def test_spectral_start_uses_the_configured_graph(monkeypatch):
   assert seen == ["knn", "mutual"]
 
 
+def test_kmeans_start_uses_the_spherical_refinement():
+  z = np.random.default_rng(1).normal(size=(60, 60)).astype(np.float32)
+  starts = []
+  for spherical in (False, True):
+    config = _SIXTY_IMAGES.replace(cluster_init="kmeans",
+                                   kmeans_spherical=spherical)
+    model = train.build_model(config, (28, 28, 1))
+    start = train.init_centroids(model, None, config, z=z)
+    expected, centroids = train.metrics.kmeans_on_sphere(
+        z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
+        seed=config.seed, spherical=spherical)
+    np.testing.assert_array_equal(start, expected)
+    np.testing.assert_allclose(model.centroids.numpy(), centroids)
+    unit = z / np.linalg.norm(z, axis=1, keepdims=True)
+    fixed = np.array_equal(np.argmax(unit @ centroids.T, axis=1), expected)
+    assert fixed or not spherical
+    starts.append(start)
+  assert not np.array_equal(*starts)  # the data tells the two apart
+
+
 def test_spectral_start_holds_the_partition_through_stage_one(
     make_blobs, tmp_path, monkeypatch):
   # Stage I trains on the spectral partition in every iteration; its phase

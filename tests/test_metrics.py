@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+from sklearn import cluster as sk_cluster
 
 from ddlsc_tf import metrics
 
@@ -46,6 +47,56 @@ def test_kmeans_on_sphere_separates_directions():
                                                seed=0)
   assert metrics.cluster_accuracy(np.repeat(np.arange(3), 30), labels) == 1.0
   np.testing.assert_allclose(np.linalg.norm(centroids, axis=1), 1, rtol=1e-5)
+
+
+def _tight_and_loose(seed=0):
+  """A tight cluster and a loose one beside it, on the unit sphere of R^4:
+  Euclidean k-means of the rows gives the loose cluster's smaller mean an
+  advantage that a cosine comparison does not."""
+  rng = np.random.default_rng(seed)
+  z = np.concatenate([[1.0, 0, 0, 0] + rng.normal(scale=0.1, size=(100, 4)),
+                      [0.6, 0.8, 0, 0] + rng.normal(scale=0.7, size=(100, 4))])
+  return z / np.linalg.norm(z, axis=1, keepdims=True)
+
+
+def _summed_cosine(z, assignments, centroids):
+  return float((z @ np.asarray(centroids, np.float64).T)[
+      np.arange(len(z)), assignments].sum())
+
+
+def test_spherical_kmeans_is_a_fixed_point_of_the_clustering_steps():
+  z = _tight_and_loose()
+  euclidean, start = metrics.kmeans_on_sphere(z, num_clusters=2, n_init=4,
+                                              seed=0)
+  # The Euclidean partition is not where the cosine steps would leave it.
+  assert (np.argmax(z @ start.T, axis=1) != euclidean).sum() > 0
+  labels, centroids = metrics.kmeans_on_sphere(z, num_clusters=2, n_init=4,
+                                               seed=0, spherical=True)
+  assert (labels != euclidean).sum() > 0
+  np.testing.assert_array_equal(np.argmax(z @ centroids.T, axis=1), labels)
+  for k in range(2):
+    mean = z[labels == k].sum(0)
+    np.testing.assert_allclose(centroids[k], mean / np.linalg.norm(mean),
+                               rtol=1e-5)
+  assert _summed_cosine(z, labels, centroids) > _summed_cosine(
+      z, euclidean, start)
+
+
+def test_spherical_kmeans_off_is_scikit_learns_kmeans():
+  z = _tight_and_loose(seed=1)
+  labels, centroids = metrics.kmeans_on_sphere(z, num_clusters=2, n_init=4,
+                                               seed=3)
+  km = sk_cluster.KMeans(n_clusters=2, n_init=4, random_state=3).fit(z)
+  np.testing.assert_array_equal(labels, km.labels_)
+  np.testing.assert_allclose(
+      centroids, km.cluster_centers_ / np.linalg.norm(
+          km.cluster_centers_, axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_spherical_kmeans_rejects_no_rounds():
+  with pytest.raises(ValueError, match="max_rounds must be >= 1, got 0"):
+    metrics.kmeans_on_sphere(_tight_and_loose(), num_clusters=2, n_init=1,
+                             seed=0, spherical=True, max_rounds=0)
 
 
 def _two_arcs(n=60, latitude=0.35, span=2.6):
