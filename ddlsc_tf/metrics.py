@@ -92,13 +92,13 @@ def kmeans_on_sphere(z, *, num_clusters, n_init, seed, spherical=False,
     (assignments [N] int, centroids [K, D] float on the unit sphere).
   """
   z = _unit_rows(z)
+  if spherical and max_rounds < 1:
+    raise ValueError(f"max_rounds must be >= 1, got {max_rounds}.")
   km = sk_cluster.KMeans(n_clusters=num_clusters, n_init=n_init,
                          random_state=seed)
   assignments = km.fit_predict(z)
   centroids = _unit_rows(km.cluster_centers_)
   if spherical:
-    if max_rounds < 1:
-      raise ValueError(f"max_rounds must be >= 1, got {max_rounds}.")
     for _ in range(max_rounds):
       new = np.argmax(z @ centroids.T, axis=1).astype(assignments.dtype)
       if np.array_equal(new, assignments):
