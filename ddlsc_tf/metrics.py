@@ -66,6 +66,15 @@ def _unit_rows(z):
   return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
 
 
+def _normalised_means(z, assignments, centroids):
+  """The centroid step on the sphere: each cluster's normalised mean of the
+  unit rows `z`; a cluster with no points keeps its row of `centroids`."""
+  sums = np.zeros_like(centroids)
+  np.add.at(sums, assignments, z)
+  return np.where(np.linalg.norm(sums, axis=1, keepdims=True) > 0,
+                  _unit_rows(sums), centroids)
+
+
 def kmeans_on_sphere(z, *, num_clusters, n_init, seed, spherical=False,
                      max_rounds=300):
   """k-means on the L2-normalised latent, as the clustering phase sees it.
@@ -104,11 +113,7 @@ def kmeans_on_sphere(z, *, num_clusters, n_init, seed, spherical=False,
       if np.array_equal(new, assignments):
         break
       assignments = new
-      sums = np.zeros_like(centroids)
-      np.add.at(sums, assignments, z)
-      # An emptied cluster keeps its centroid.
-      centroids = np.where(np.linalg.norm(sums, axis=1, keepdims=True) > 0,
-                           _unit_rows(sums), centroids)
+      centroids = _normalised_means(z, assignments, centroids)
   return assignments, centroids.astype(np.float32)
 
 
@@ -155,10 +160,7 @@ def balanced_kmeans_on_sphere(z, centroids, *, max_rounds=20):
     rows, cols = optimize.linear_sum_assignment(-(z @ mu.T)[:, slots])
     new = np.empty(n, dtype=np.int32)
     new[rows] = slots[cols]
-    sums = np.zeros_like(mu)
-    np.add.at(sums, new, z)
-    mu = np.where(np.linalg.norm(sums, axis=1, keepdims=True) > 0,
-                  _unit_rows(sums), mu)
+    mu = _normalised_means(z, new, mu)
     if assignments is not None and np.array_equal(new, assignments):
       break
     assignments = new
