@@ -267,12 +267,13 @@ def spectral_on_sphere(z, *, num_clusters, n_neighbors, seed, graph="knn"):
       assignments = spectral.fit_predict(affinity).astype(np.int32)
   else:
     assignments = spectral.fit_predict(z).astype(np.int32)
-  sums = np.zeros((num_clusters, z.shape[1]))
-  np.add.at(sums, assignments, z)
   empty = np.flatnonzero(np.bincount(assignments, minlength=num_clusters)
                          == 0)
-  sums[empty] = z[np.random.default_rng(seed).choice(len(z), len(empty))]
-  return assignments, _unit_rows(sums).astype(np.float32)
+  fallback = np.zeros((num_clusters, z.shape[1]))
+  fallback[empty] = _unit_rows(
+      z[np.random.default_rng(seed).choice(len(z), len(empty))])
+  centroids = _normalised_means(z, assignments, fallback)
+  return assignments, centroids.astype(np.float32)
 
 
 def knn_vote(assignments, neighbours, *, num_clusters, rounds):
