@@ -22,6 +22,9 @@ setuptools.setup(
     python_requires=">=3.10",
     install_requires=REQUIREMENTS,
     # tfds.testing (DatasetBuilderTestCase) imports dill.
-    extras_require={"test": ["pytest>=8", "dill", "matplotlib>=3.5"],
+    # pytest-xdist: the README's test command runs on two workers (a single
+    # pytest process kept one of CI's two cores idle).
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3", "dill",
+                             "matplotlib>=3.5"],
                     "plots": ["matplotlib>=3.5"]},
 )
