@@ -8,12 +8,15 @@ killed run continue with `resume=True` exactly where it stopped.
 
 import glob
 import os
+import platform
 import shutil
 import time
 
 from absl import logging
 import keras
 import numpy as np
+import scipy
+import sklearn
 import tensorflow as tf
 from sklearn import cluster as sklearn_cluster
 
@@ -29,6 +32,31 @@ def seed_everything(seed):
   """Seeds Python, NumPy and TF, and makes TF ops deterministic."""
   keras.utils.set_random_seed(seed)
   tf.config.experimental.enable_op_determinism()
+
+
+def _cpu_model():
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+def environment():
+  """What a same-seed run needs to repeat: library versions and the CPU.
+
+  Runs repeat bitwise only on one machine with one set of libraries (the
+  round-off of the float kernels differs between CPUs and versions), so
+  result.json records both.
+  """
+  return {"python": platform.python_version(), "tensorflow": tf.__version__,
+          "keras": keras.__version__, "numpy": np.__version__,
+          "scipy": scipy.__version__, "scikit-learn": sklearn.__version__,
+          "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+          "gpus": len(tf.config.list_physical_devices("GPU"))}
 
 
 def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
@@ -726,7 +754,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     result = {"dataset": config.dataset, "seed": config.seed,
               "num_examples": int(len(images)), "params": params,
               "latent_dim": model.latent_dim, "init_from": init_from,
-              "phases": {}}
+              "environment": environment(), "phases": {}}
     done = []
   else:
     result, done = state["result"], state["done"]

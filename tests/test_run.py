@@ -7,7 +7,9 @@ import subprocess
 import sys
 import time
 
+import keras
 import pytest
+import tensorflow as tf
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -40,6 +42,10 @@ def test_result_json_is_complete(smoke):
   assert result["num_examples"] == 300
   assert result["seed"] == 0
   assert 2_800 <= result["params"] <= 3_600
+  env = result["environment"]
+  assert (env["tensorflow"], env["keras"]) == (tf.__version__,
+                                               keras.__version__)
+  assert env["cpu"] and env["cpu_count"] >= 1
   assert list(result["phases"]) == ["pretrain", "cluster1", "cluster2"]
   pretrain = result["phases"]["pretrain"]
   assert pretrain["epochs"] == 2
