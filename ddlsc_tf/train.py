@@ -34,15 +34,27 @@ def seed_everything(seed):
   tf.config.experimental.enable_op_determinism()
 
 
-def _cpu_model():
+# The vector extensions that pick TF's CPU kernels, and so their round-off.
+_CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
+
+
+def _cpu():
+  """'model name, family F model M, flags' from /proc/cpuinfo where it exists."""
+  fields = {}
   try:
     with open("/proc/cpuinfo") as f:
       for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if not key and fields:
+          break  # the first processor's block is enough
+        fields.setdefault(key, value.strip())
   except OSError:
-    pass
-  return platform.processor() or platform.machine()
+    return platform.processor() or platform.machine()
+  flags = set(fields.get("flags", "").split())
+  return (f"{fields.get('model name', platform.machine())}, family "
+          f"{fields.get('cpu family', '?')} model {fields.get('model', '?')}, "
+          + " ".join(f for f in _CPU_FLAGS if f in flags))
 
 
 def environment():
@@ -55,7 +67,7 @@ def environment():
   return {"python": platform.python_version(), "tensorflow": tf.__version__,
           "keras": keras.__version__, "numpy": np.__version__,
           "scipy": scipy.__version__, "scikit-learn": sklearn.__version__,
-          "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+          "cpu": _cpu(), "cpu_count": os.cpu_count(),
           "gpus": len(tf.config.list_physical_devices("GPU"))}
 
 
