@@ -39,7 +39,7 @@ _CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
 
 
 def _cpu():
-  """'model name, family F model M, flags' from /proc/cpuinfo where it exists."""
+  """'model name, family F model M, vector extensions' (what Linux says)."""
   fields = {}
   try:
     with open("/proc/cpuinfo") as f:
@@ -51,10 +51,15 @@ def _cpu():
         fields.setdefault(key, value.strip())
   except OSError:
     return platform.processor() or platform.machine()
+  parts = [fields.get("model name") or platform.processor()
+           or platform.machine()]
+  if "cpu family" in fields:
+    parts.append(f"family {fields['cpu family']} model "
+                 f"{fields.get('model', '?')}")
   flags = set(fields.get("flags", "").split())
-  return (f"{fields.get('model name', platform.machine())}, family "
-          f"{fields.get('cpu family', '?')} model {fields.get('model', '?')}, "
-          + " ".join(f for f in _CPU_FLAGS if f in flags))
+  if flags:
+    parts.append(" ".join(f for f in _CPU_FLAGS if f in flags) or "no AVX")
+  return ", ".join(parts)
 
 
 def environment():
