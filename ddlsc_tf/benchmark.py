@@ -83,7 +83,8 @@ def fixed_batch_losses(model, x, config):
     z, x_hat = model(x, training=True)
     _, l_d, l_r = losses.pretrain_loss(
         x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=config.alpha,
-        lambda_r=config.lambda_r, ignore=ignore)
+        lambda_r=config.lambda_r, ignore=ignore,
+        penalty=config.nonanchor_penalty)
     l_w = losses.within_cluster_loss(z=z, assignments=assignments,
                                      num_clusters=config.num_clusters)
     l_b = losses.between_cluster_loss(z=z, assignments=assignments,

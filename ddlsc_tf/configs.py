@@ -41,6 +41,12 @@ class Config:
   # hops measured and not kept: COIL-20 final 0.813 -> 0.807, MNIST
   # pre-training 0.915 -> 0.910 (RESULTS.md, "Session 16").
   anchor_hops: int = 1
+  # Ours: L_d's term for a non-anchor pair's cosine C_ij (losses.
+  # NONANCHOR_PENALTIES), in pre-training and stage I: "abs", |C_ij| as
+  # eq. 5; "square", C_ij², which pushes near pairs of different images
+  # harder than far ones. Measured in pre-training on MNIST seeds 2 and 5
+  # and COIL-20 seeds 0-2 (RESULTS.md, MNIST and COIL, "Session 36").
+  nonanchor_penalty: str = "abs"
   # What the kNN graph compares: "raw" images (the paper) or "smoothed"
   # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
   knn_features: str = "raw"
@@ -279,6 +285,9 @@ class Config:
                        f"{self.neighbour_shift}.")
     if self.anchor_hops < 1:
       raise ValueError(f"anchor_hops must be >= 1, got {self.anchor_hops}.")
+    if self.nonanchor_penalty not in ("abs", "square"):
+      raise ValueError(f"nonanchor_penalty must be 'abs' or 'square', got "
+                       f"{self.nonanchor_penalty!r}.")
     if self.knn_features not in ("raw", "smoothed"):
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")

@@ -97,6 +97,7 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       anchor_selection=config.anchor_selection,
       knn_neutral=config.knn_neutral,
       anchor_hops=config.anchor_hops,
+      nonanchor_penalty=config.nonanchor_penalty,
       knn_features=config.knn_features,
       alpha=config.alpha,
       lambda_r=config.lambda_r,

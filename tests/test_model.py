@@ -102,6 +102,23 @@ def test_smoothed_knn_features_train_and_round_trip(tmp_path, make_blobs):
     configs.MNIST.replace(knn_features="blur")
 
 
+def test_square_penalty_trains_and_round_trips(tmp_path, make_blobs):
+  x, labels = make_blobs()
+  keras.utils.set_random_seed(0)
+  config = configs.TINY.replace(knn_k=3, nonanchor_penalty="square")
+  model = train.build_model(config, (28, 28, 1))
+  assert model.nonanchor_penalty == "square"
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  history = model.fit(x, labels, batch_size=len(x), epochs=2, verbose=0)
+  assert np.isfinite(history.history["pretrain/loss"]).all()
+  model.save(tmp_path / "model.keras")
+  assert keras.models.load_model(
+      tmp_path / "model.keras").nonanchor_penalty == "square"
+  with pytest.raises(ValueError, match="nonanchor_penalty must be 'abs' or "
+                     "'square', got 'l2'"):
+    configs.MNIST.replace(nonanchor_penalty="l2")
+
+
 def test_config_rejects_out_of_range_values():
   with pytest.raises(ValueError, match="neighbour_shift must be >= 0"):
     configs.MNIST.replace(neighbour_shift=-1)
