@@ -44,8 +44,11 @@ class Config:
   # Ours: L_d's term for a non-anchor pair's cosine C_ij (losses.
   # NONANCHOR_PENALTIES), in pre-training and stage I: "abs", |C_ij| as
   # eq. 5; "square", C_ij², which pushes near pairs of different images
-  # harder than far ones. Measured in pre-training on MNIST seeds 2 and 5
-  # and COIL-20 seeds 0-2 (RESULTS.md, MNIST and COIL, "Session 36").
+  # harder than far ones. Pre-training, "square" against "abs": MNIST
+  # seeds 2 / 3 / 5 0.906 / 0.902 / 0.892 against 0.930 / 0.911 / 0.823
+  # (seed 5's 4s and 9s no longer merged, but no seed at 0.92); COIL-20
+  # seeds 0-2 0.689 against 0.705 (RESULTS.md, MNIST and COIL,
+  # "Session 36"). Not kept.
   nonanchor_penalty: str = "abs"
   # What the kNN graph compares: "raw" images (the paper) or "smoothed"
   # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
