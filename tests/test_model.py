@@ -85,38 +85,27 @@ def test_embed_goes_batch_by_batch_on_arrays_and_tensors(make_blobs):
   assert model.embed(x[:0]).shape == (0, model.latent_dim)
 
 
-def test_smoothed_knn_features_train_and_round_trip(tmp_path, make_blobs):
+@pytest.mark.parametrize("field, value, error", [
+    ("knn_features", "smoothed",
+     "knn_features must be 'raw' or 'smoothed', got 'l2'"),
+    ("nonanchor_penalty", "square",
+     "nonanchor_penalty must be 'abs' or 'square', got 'l2'"),
+])
+def test_option_trains_round_trips_and_rejects_unknown_names(
+    tmp_path, make_blobs, field, value, error):
   x, labels = make_blobs()
   keras.utils.set_random_seed(0)
-  config = configs.TINY.replace(knn_k=3, knn_features="smoothed")
+  config = configs.TINY.replace(knn_k=3, **{field: value})
   model = train.build_model(config, (28, 28, 1))
-  assert model.knn_features == "smoothed"
+  assert getattr(model, field) == value
   model.compile(optimizer=keras.optimizers.Adam(1e-2))
   history = model.fit(x, labels, batch_size=len(x), epochs=2, verbose=0)
   assert np.isfinite(history.history["pretrain/loss"]).all()
   model.save(tmp_path / "model.keras")
-  assert keras.models.load_model(
-      tmp_path / "model.keras").knn_features == "smoothed"
-  with pytest.raises(ValueError, match="knn_features must be 'raw' or "
-                     "'smoothed', got 'blur'"):
-    configs.MNIST.replace(knn_features="blur")
-
-
-def test_square_penalty_trains_and_round_trips(tmp_path, make_blobs):
-  x, labels = make_blobs()
-  keras.utils.set_random_seed(0)
-  config = configs.TINY.replace(knn_k=3, nonanchor_penalty="square")
-  model = train.build_model(config, (28, 28, 1))
-  assert model.nonanchor_penalty == "square"
-  model.compile(optimizer=keras.optimizers.Adam(1e-2))
-  history = model.fit(x, labels, batch_size=len(x), epochs=2, verbose=0)
-  assert np.isfinite(history.history["pretrain/loss"]).all()
-  model.save(tmp_path / "model.keras")
-  assert keras.models.load_model(
-      tmp_path / "model.keras").nonanchor_penalty == "square"
-  with pytest.raises(ValueError, match="nonanchor_penalty must be 'abs' or "
-                     "'square', got 'l2'"):
-    configs.MNIST.replace(nonanchor_penalty="l2")
+  assert getattr(keras.models.load_model(tmp_path / "model.keras"),
+                 field) == value
+  with pytest.raises(ValueError, match=error):
+    configs.MNIST.replace(**{field: "l2"})
 
 
 def test_config_rejects_out_of_range_values():
