@@ -389,9 +389,8 @@ def _discriminative_loss_square(*, z, anchors, alpha, ignore=None):
   Dense masks over C, written as the session-36 trials ran it (RESULTS.md,
   MNIST, "Session 36"), so the option's runs repeat those figures.
   """
-  z = normalize_rows(z)
-  b = tf.shape(z)[0]
-  c = tf.matmul(z, z, transpose_b=True)
+  c = cosine_similarity_matrix(z)
+  b = tf.shape(c)[0]
   a = tf.cast(anchors, tf.bool)
   off = tf.logical_not(tf.logical_or(a, tf.eye(b, dtype=tf.bool)))
   if ignore is not None:
