@@ -90,7 +90,7 @@ class OracleAnchorDDLSC(model_lib.DDLSC):
       z, x_hat = self(x, training=True)
       total, l_d, l_r = losses.pretrain_loss(
           x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
-          lambda_r=self.lambda_r, penalty=self.nonanchor_penalty)
+          lambda_r=self.lambda_r, power=self.nonanchor_power)
     return self._apply(tape, total, (total, l_d, l_r))
 
   def get_config(self):

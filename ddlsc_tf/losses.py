@@ -325,20 +325,15 @@ def with_copy_anchors(anchors, index=None, *, share=False):
       axis=0)
 
 
-# How L_d's first sum weighs a non-anchor pair's cosine C_ij: "abs", |C_ij|
-# (eq. 5, the paper); "square", C_ij² (ours), which pushes a pair harder the
-# more similar it is, where |C| pushes a pair at 0.9 no harder than one at 0.1.
-NONANCHOR_PENALTIES = ("abs", "square")
-
-
-def discriminative_loss(*, z, anchors, alpha, ignore=None, penalty="abs"):
+def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0):
   """L_d of eq. 5: weighted L1 norm of the batch cosine-similarity matrix.
 
     L_d = 1/(|B|²−|A|) Σ_{(i,j)∉A, i≠j} |C_ij| − (1−α)/|A| Σ_{(i,j)∈A} C_ij
 
   The diagonal (constant 1) is left out of the sums; the weights are the
-  paper's (eq. 3). With no anchors the second term is zero. With
-  penalty="square" (ours) the first sum is of C_ij² instead of |C_ij|.
+  paper's (eq. 3). With no anchors the second term is zero. With power
+  p ≠ 1 (ours) the first sum is of |C_ij|^p: the push on a pair then grows
+  with its cosine (|C| pushes a pair at 0.9 no harder than one at 0.1).
 
   Args:
     z: [B, D] float latent batch.
@@ -348,19 +343,19 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, penalty="abs"):
       (e.g. kNN pairs not chosen as anchors: likely same-cluster pairs that
       should not be pushed apart). None: the paper's eq. 5. The weight
       1/(|B|²−|A|) is kept as is (ignored pairs are few: ~k|B|).
-    penalty: one of `NONANCHOR_PENALTIES`, the first sum's term.
+    power: Python float >= 1, the exponent p of the first sum's |C_ij|
+      (1: eq. 5; below 1 the gradient at C_ij = 0 is infinite).
 
   Returns:
     Scalar float.
   """
   _check_rank("z", z, 2)
   _check_rank("anchors", anchors, 2)
-  if penalty not in NONANCHOR_PENALTIES:
-    raise ValueError(f"unknown penalty {penalty!r}; expected one of "
-                     f"{NONANCHOR_PENALTIES}.")
-  if penalty == "square":
-    return _discriminative_loss_square(z=z, anchors=anchors, alpha=alpha,
-                                       ignore=ignore)
+  if not float(power) >= 1.0:
+    raise ValueError(f"power must be >= 1, got {power}.")
+  if float(power) != 1.0:
+    return _discriminative_loss_power(z=z, anchors=anchors, alpha=alpha,
+                                      ignore=ignore, power=float(power))
   # The same sums, with one dense pass over C forward and one backward:
   #   Σ_{∉A, i≠j} |C_ij| = Σ_all |C| − Σ_i |C_ii| − Σ_A |C| (− Σ_ignored |C|)
   # and the anchor (and ignored) pairs, ~k|B| of |B|², as gathered dot
@@ -383,11 +378,12 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, penalty="abs"):
           / tf.maximum(num_anchors, 1.0))
 
 
-def _discriminative_loss_square(*, z, anchors, alpha, ignore=None):
-  """`discriminative_loss` with C_ij² on the non-anchor pairs.
+def _discriminative_loss_power(*, z, anchors, alpha, ignore, power):
+  """`discriminative_loss` with |C_ij|^power on the non-anchor pairs.
 
-  Dense masks over C, written as the session-36 trials ran it (RESULTS.md,
-  MNIST, "Session 36"), so the option's runs repeat those figures.
+  Dense masks over C, written as the session-36 and 37 trials ran it
+  (RESULTS.md, MNIST, "Session 36" and "Session 37"), so runs through the
+  option repeat those figures.
   """
   c = cosine_similarity_matrix(z)
   b = tf.shape(c)[0]
@@ -395,7 +391,8 @@ def _discriminative_loss_square(*, z, anchors, alpha, ignore=None):
   off = tf.logical_not(tf.logical_or(a, tf.eye(b, dtype=tf.bool)))
   if ignore is not None:
     off = tf.logical_and(off, tf.logical_not(tf.cast(ignore, tf.bool)))
-  non_anchor = tf.reduce_sum(tf.where(off, tf.square(c), tf.zeros_like(c)))
+  pushed = tf.pow(tf.abs(c), power)
+  non_anchor = tf.reduce_sum(tf.where(off, pushed, tf.zeros_like(c)))
   num_anchors = tf.reduce_sum(tf.cast(a, z.dtype))
   batch = tf.cast(b, z.dtype)
   anchor = tf.reduce_sum(tf.where(a, c, tf.zeros_like(c)))
@@ -434,7 +431,7 @@ def reconstruction_loss(*, x, x_hat):
 
 
 def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r, ignore=None,
-                  penalty="abs"):
+                  power=1.0):
   """Objective of eq. 6: L_d(Z) + λ L_r(X, X̂).
 
   Args:
@@ -446,13 +443,13 @@ def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r, ignore=None,
     alpha: float in [0, 1).
     lambda_r: float >= 0, weight λ of the reconstruction loss.
     ignore: optional [B, B] bool pairs left out of L_d's first sum.
-    penalty: L_d's non-anchor term, one of `NONANCHOR_PENALTIES`.
+    power: exponent of L_d's non-anchor |C_ij| (1: eq. 5), as there.
 
   Returns:
     (total, l_d, l_r) scalars.
   """
   l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha, ignore=ignore,
-                            penalty=penalty)
+                            power=power)
   l_r = reconstruction_loss(x=x, x_hat=x_hat)
   return l_d + lambda_r * l_r, l_d, l_r
 
@@ -608,13 +605,13 @@ def within_cluster_loss(*, z, assignments, num_clusters):
 
 def stage1_loss(*, x, z, x_hat, centroids, assignments, anchors, alpha,
                 lambda_d, lambda_r, ignore=None, softmax_scale=0.0,
-                penalty="abs"):
+                power=1.0):
   """Stage I (eq. 8) as a loss to minimise: −L_c + λ_d L_d + λ_r L_r.
 
   With softmax_scale s > 0 (ours), −L_c in the total is replaced by
   −`assignment_log_likelihood` at scale s; the returned l_c is eq. 7's.
 
-  x and x_hat may hold fewer rows than z, as in `pretrain_loss`; penalty
+  x and x_hat may hold fewer rows than z, as in `pretrain_loss`; power
   is L_d's, as there.
 
   Returns:
@@ -623,7 +620,7 @@ def stage1_loss(*, x, z, x_hat, centroids, assignments, anchors, alpha,
   fit, l_c = _fit_term(z=z, centroids=centroids, assignments=assignments,
                        softmax_scale=softmax_scale)
   l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha, ignore=ignore,
-                            penalty=penalty)
+                            power=power)
   l_r = reconstruction_loss(x=x, x_hat=x_hat)
   return -fit + lambda_d * l_d + lambda_r * l_r, l_c, l_d, l_r
 

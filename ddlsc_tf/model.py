@@ -65,9 +65,9 @@ class DDLSC(keras.Model):
     knn_neutral: if True, kNN pairs that are not anchors are neither pulled
       nor pushed (left out of L_d); if False, eq. 5 as written pushes them.
     alpha: anchor discount α of eq. 3, in [0, 1).
-    nonanchor_penalty: L_d's term for a non-anchor pair's cosine, one of
-      `losses.NONANCHOR_PENALTIES` ("abs": eq. 5; "square": ours), in
-      pre-training and stage I alike.
+    nonanchor_power: float >= 1, exponent p of L_d's |C_ij|^p on the
+      non-anchor pairs (1: eq. 5; ours otherwise), in pre-training and
+      stage I alike.
     lambda_r: weight λ of the reconstruction loss in eq. 6.
     augment: None, or the largest random (rotation in degrees, scale,
       shear, translation in pixels) of a copy of each image added to the
@@ -114,7 +114,7 @@ class DDLSC(keras.Model):
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
-               anchor_hops=1, nonanchor_penalty="abs",
+               anchor_hops=1, nonanchor_power=1.0,
                knn_features="raw", augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), reconstruct_copies=True,
                copies_share_anchors=False, augment_originals=False, seed=0,
@@ -137,10 +137,10 @@ class DDLSC(keras.Model):
     self.anchor_hops = int(anchor_hops)
     if self.anchor_hops < 1:
       raise ValueError(f"anchor_hops must be >= 1, got {anchor_hops}.")
-    if nonanchor_penalty not in losses.NONANCHOR_PENALTIES:
-      raise ValueError(f"unknown nonanchor_penalty {nonanchor_penalty!r}; "
-                       f"expected one of {losses.NONANCHOR_PENALTIES}.")
-    self.nonanchor_penalty = nonanchor_penalty
+    self.nonanchor_power = float(nonanchor_power)
+    if not self.nonanchor_power >= 1.0:
+      raise ValueError(f"nonanchor_power must be >= 1, got "
+                       f"{nonanchor_power}.")
     if knn_features not in losses.KNN_FEATURES:
       raise ValueError(f"unknown knn_features {knn_features!r}; expected "
                        f"one of {losses.KNN_FEATURES}.")
@@ -432,7 +432,7 @@ class DDLSC(keras.Model):
       total, l_d, l_r = losses.pretrain_loss(
           x=target, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
           lambda_r=self.lambda_r, ignore=ignore,
-          penalty=self.nonanchor_penalty)
+          power=self.nonanchor_power)
     return self._apply(tape, total, (total, l_d, l_r))
 
   def _cluster1_step(self, data):
@@ -447,7 +447,7 @@ class DDLSC(keras.Model):
           assignments=assignments, anchors=anchors, alpha=self.alpha,
           lambda_d=self.lambda_d, lambda_r=self.cluster_lambda_r,
           ignore=ignore, softmax_scale=self.softmax_scale,
-          penalty=self.nonanchor_penalty)
+          power=self.nonanchor_power)
     return self._apply(tape, total, (total, l_c, l_d, l_r))
 
   def _cluster2_step(self, data):
@@ -478,7 +478,7 @@ class DDLSC(keras.Model):
         anchor_selection=self.anchor_selection,
         knn_neutral=self.knn_neutral,
         anchor_hops=self.anchor_hops,
-        nonanchor_penalty=self.nonanchor_penalty,
+        nonanchor_power=self.nonanchor_power,
         knn_features=self.knn_features,
         num_clusters=self.num_clusters,
         lambda_d=float(self.lambda_d.numpy()),
@@ -506,4 +506,10 @@ class DDLSC(keras.Model):
     # A model saved before the decoder's `UpsampledConv2D` (session 10) has
     # no "upsampled_conv" in its config and its weights in separate Resizing
     # and Conv2D layers: rebuild that layout so they load.
+    # Session 36's models name L_d's non-anchor term nonanchor_penalty,
+    # "abs" or "square": now nonanchor_power 1 or 2.
+    config = dict(config)
+    penalty = config.pop("nonanchor_penalty", None)
+    if penalty is not None:
+      config["nonanchor_power"] = {"abs": 1.0, "square": 2.0}[penalty]
     return super().from_config({"upsampled_conv": False, **config})

@@ -22,7 +22,7 @@ def _knn_graph_ref(x, k):
   return g | g.T
 
 
-def _discriminative_ref(z, anchors, alpha, ignore=None, penalty="abs"):
+def _discriminative_ref(z, anchors, alpha, ignore=None, power=1.0):
   c = _cosine(z)
   b = len(z)
   a = anchors.astype(bool)
@@ -31,7 +31,7 @@ def _discriminative_ref(z, anchors, alpha, ignore=None, penalty="abs"):
     non &= ~ignore
   na = a.sum()
   anchor_term = (1 - alpha) * c[a].sum() / na if na else 0.0
-  pushed = np.abs(c[non]) if penalty == "abs" else np.square(c[non])
+  pushed = np.abs(c[non]) ** power
   return pushed.sum() / (b * b - na) - anchor_term
 
 
@@ -261,37 +261,39 @@ def test_discriminative_loss_gradient_matches_dense_masks(rng, graph):
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("with_ignore", [False, True])
-def test_square_penalty_matches_reference(rng, graph, with_ignore):
+@pytest.mark.parametrize("power", [1.5, 2.0])
+def test_power_matches_reference(rng, graph, with_ignore, power):
   z = rng.normal(size=(12, 6)).astype(np.float32)
   a = np.triu(rng.random((12, 12)) < 0.2, 1)
   a = a | a.T
   ignore = np.triu(rng.random((12, 12)) < 0.2, 1)
   ignore = (ignore | ignore.T) if with_ignore else None
   got = _run(lambda z, a: losses.discriminative_loss(
-      z=z, anchors=a, alpha=0.1, penalty="square",
+      z=z, anchors=a, alpha=0.1, power=power,
       ignore=None if ignore is None else tf.constant(ignore)),
              graph, z=tf.constant(z), a=tf.constant(a))
-  want = _discriminative_ref(z, a, 0.1, ignore, penalty="square")
+  want = _discriminative_ref(z, a, 0.1, ignore, power=power)
   np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
   assert not np.isclose(want, _discriminative_ref(z, a, 0.1, ignore))
 
 
-def test_square_penalty_pushes_near_pairs_harder():
+def test_power_pushes_near_pairs_harder():
   # Two images, no anchors. |C| pushes a pair at cosine 0.9 less (in z) than
   # one at 0.1; C² pushes in proportion to the cosine, so the near pair more.
-  def push(cosine, penalty):
+  def push(cosine, power):
     z = tf.constant([[1.0, 0.0], [cosine, np.sqrt(1.0 - cosine**2)]])
     with tf.GradientTape() as tape:
       tape.watch(z)
       loss = losses.discriminative_loss(
-          z=z, anchors=tf.zeros([2, 2], tf.bool), alpha=0.1, penalty=penalty)
+          z=z, anchors=tf.zeros([2, 2], tf.bool), alpha=0.1, power=power)
     return np.linalg.norm(tape.gradient(loss, z).numpy()[0])
 
-  assert push(0.9, "abs") < push(0.1, "abs")
-  assert push(0.9, "square") > 3.0 * push(0.1, "square")
-  with pytest.raises(ValueError, match="unknown penalty 'l2'"):
+  assert push(0.9, 1.0) < push(0.1, 1.0)
+  assert push(0.9, 1.5) > push(0.1, 1.5)
+  assert push(0.9, 2.0) > 3.0 * push(0.1, 2.0)
+  with pytest.raises(ValueError, match="power must be >= 1, got 0.5"):
     losses.discriminative_loss(z=tf.eye(2), anchors=tf.zeros([2, 2], tf.bool),
-                               alpha=0.1, penalty="l2")
+                               alpha=0.1, power=0.5)
 
 
 def test_discriminative_loss_without_anchors_is_finite(rng):

@@ -85,14 +85,13 @@ def test_embed_goes_batch_by_batch_on_arrays_and_tensors(make_blobs):
   assert model.embed(x[:0]).shape == (0, model.latent_dim)
 
 
-@pytest.mark.parametrize("field, value, error", [
-    ("knn_features", "smoothed",
+@pytest.mark.parametrize("field, value, bad, error", [
+    ("knn_features", "smoothed", "l2",
      "knn_features must be 'raw' or 'smoothed', got 'l2'"),
-    ("nonanchor_penalty", "square",
-     "nonanchor_penalty must be 'abs' or 'square', got 'l2'"),
+    ("nonanchor_power", 1.5, 0.5, "nonanchor_power must be >= 1, got 0.5"),
 ])
-def test_option_trains_round_trips_and_rejects_unknown_names(
-    tmp_path, make_blobs, field, value, error):
+def test_option_trains_round_trips_and_rejects_bad_values(
+    tmp_path, make_blobs, field, value, bad, error):
   x, labels = make_blobs()
   keras.utils.set_random_seed(0)
   config = configs.TINY.replace(knn_k=3, **{field: value})
@@ -105,7 +104,15 @@ def test_option_trains_round_trips_and_rejects_unknown_names(
   assert getattr(keras.models.load_model(tmp_path / "model.keras"),
                  field) == value
   with pytest.raises(ValueError, match=error):
-    configs.MNIST.replace(**{field: "l2"})
+    configs.MNIST.replace(**{field: bad})
+
+
+def test_a_model_saved_with_session_36s_penalty_name_loads():
+  model = train.build_model(configs.TINY, (28, 28, 1))
+  config = model.get_config()
+  del config["nonanchor_power"]
+  config["nonanchor_penalty"] = "square"
+  assert type(model).from_config(config).nonanchor_power == 2.0
 
 
 def test_config_rejects_out_of_range_values():
