@@ -351,11 +351,12 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0):
   """
   _check_rank("z", z, 2)
   _check_rank("anchors", anchors, 2)
-  if not float(power) >= 1.0:
+  power = float(power)
+  if not power >= 1.0:
     raise ValueError(f"power must be >= 1, got {power}.")
-  if float(power) != 1.0:
+  if power != 1.0:
     return _discriminative_loss_power(z=z, anchors=anchors, alpha=alpha,
-                                      ignore=ignore, power=float(power))
+                                      ignore=ignore, power=power)
   # The same sums, with one dense pass over C forward and one backward:
   #   Σ_{∉A, i≠j} |C_ij| = Σ_all |C| − Σ_i |C_ii| − Σ_A |C| (− Σ_ignored |C|)
   # and the anchor (and ignored) pairs, ~k|B| of |B|², as gathered dot

@@ -503,13 +503,13 @@ class DDLSC(keras.Model):
 
   @classmethod
   def from_config(cls, config):
-    # A model saved before the decoder's `UpsampledConv2D` (session 10) has
-    # no "upsampled_conv" in its config and its weights in separate Resizing
-    # and Conv2D layers: rebuild that layout so they load.
     # Session 36's models name L_d's non-anchor term nonanchor_penalty,
     # "abs" or "square": now nonanchor_power 1 or 2.
     config = dict(config)
     penalty = config.pop("nonanchor_penalty", None)
     if penalty is not None:
       config["nonanchor_power"] = {"abs": 1.0, "square": 2.0}[penalty]
+    # A model saved before the decoder's `UpsampledConv2D` (session 10) has
+    # no "upsampled_conv" in its config and its weights in separate Resizing
+    # and Conv2D layers: rebuild that layout so they load.
     return super().from_config({"upsampled_conv": False, **config})
