@@ -627,6 +627,23 @@ FOLDER = _MNIST_WITHOUT_COPIES.replace(
     recalibrate_batch_norm=True)  # any size of folder
 
 
+def upgrade_saved(saved):
+  """A saved config (Config's or the model's) with old field names renamed.
+
+  Session 36 named L_d's non-anchor term `nonanchor_penalty`, "abs" or
+  "square": now `nonanchor_power` 1 or 2.
+  """
+  saved = dict(saved)
+  penalty = saved.pop("nonanchor_penalty", None)
+  if penalty is not None:
+    powers = {"abs": 1.0, "square": 2.0}
+    if penalty not in powers:
+      raise ValueError(f"nonanchor_penalty must be one of {sorted(powers)}, "
+                       f"got {penalty!r}")
+    saved["nonanchor_power"] = powers[penalty]
+  return saved
+
+
 def field_defaults():
   """The Config fields that have defaults, with them."""
   return {f.name: f.default for f in dataclasses.fields(Config)

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddlsc_tf import augment as augment_lib
+from ddlsc_tf import configs
 from ddlsc_tf import losses
 from ddlsc_tf import networks
 
@@ -503,12 +504,7 @@ class DDLSC(keras.Model):
 
   @classmethod
   def from_config(cls, config):
-    # Session 36's models name L_d's non-anchor term nonanchor_penalty,
-    # "abs" or "square": now nonanchor_power 1 or 2.
-    config = dict(config)
-    penalty = config.pop("nonanchor_penalty", None)
-    if penalty is not None:
-      config["nonanchor_power"] = {"abs": 1.0, "square": 2.0}[penalty]
+    config = configs.upgrade_saved(config)
     # A model saved before the decoder's `UpsampledConv2D` (session 10) has
     # no "upsampled_conv" in its config and its weights in separate Resizing
     # and Conv2D layers: rebuild that layout so they load.

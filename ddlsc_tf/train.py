@@ -598,7 +598,7 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
     # A field added since the run was saved reads as its default (the
     # behaviour the run had), e.g. batch_neighbours = 0.
     saved = {**checkpoints.json_round_trip(configs.field_defaults()),
-             **checkpoints.read_json(config_path)}
+             **configs.upgrade_saved(checkpoints.read_json(config_path))}
     current = checkpoints.json_round_trip(config.to_dict())
     differ = sorted(k for k in set(saved) | set(current)
                     if saved.get(k) != current.get(k))

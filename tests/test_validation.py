@@ -237,3 +237,25 @@ def test_resume_reads_fields_missing_from_an_older_config_as_defaults(
       "batch_neighbours (saved 0, now 2)")):
     train.prepare_workdir(str(tmp_path), configs.TINY, resume=True,
                           overwrite=False)
+
+
+@pytest.mark.parametrize("penalty,power", [("abs", 1.0), ("square", 2.0)])
+def test_resume_reads_session_36s_penalty_name_as_its_power(tmp_path,
+                                                            penalty, power):
+  config = configs.TINY.replace(nonanchor_power=power)
+  train.prepare_workdir(str(tmp_path), config, resume=False, overwrite=False)
+  path = tmp_path / "config.json"
+  saved = json.loads(path.read_text())
+  del saved["nonanchor_power"]
+  saved["nonanchor_penalty"] = penalty
+  path.write_text(json.dumps(saved))
+  train.prepare_workdir(str(tmp_path), config, resume=True, overwrite=False)
+  path.write_text(json.dumps(saved))  # resuming rewrote it with the new name
+  with pytest.raises(ValueError, match=re.escape(
+      f"nonanchor_power (saved {power}, now 1.5)")):
+    train.prepare_workdir(str(tmp_path), config.replace(nonanchor_power=1.5),
+                          resume=True, overwrite=False)
+  saved["nonanchor_penalty"] = "cube"
+  path.write_text(json.dumps(saved))
+  with pytest.raises(ValueError, match="nonanchor_penalty must be one of"):
+    train.prepare_workdir(str(tmp_path), config, resume=True, overwrite=False)
