@@ -118,6 +118,13 @@ class Config:
   # from the batch statistics training uses (RESULTS.md, COIL, "Session 7").
   # Off by default, as runs saved before the field behaved.
   recalibrate_batch_norm: bool = False
+  # Ours: every embedding of the training driver (evaluation, the
+  # clustering start and assignments, votes, pictures) averages an image's
+  # unit latent with those of this many random copies under `augment`'s
+  # maps (DDLSC.embed), the variants the copies' anchors pull together.
+  # Costs (1 + embed_copies) encoder passes per embedding. 0: z = f(x), as
+  # the paper. Needs `augment`. The exported encoder gives the plain latent.
+  embed_copies: int = 0
   # Clustering phase (section 3.2, Algorithm 2). Each outer iteration:
   # assignments S, centroids μ, then `epochs_per_iteration` epochs on θ;
   # it stops after `*_iterations` or when L_c moves less than the tolerance.
@@ -247,6 +254,7 @@ class Config:
     if not 0.0 <= self.alpha < 1.0:
       raise ValueError(f"alpha must be in [0, 1), got {self.alpha}.")
     non_negative = ("cluster1_iterations", "cluster2_iterations", "seed",
+                    "embed_copies",
                     "hold_refresh",
                     "vote_rounds", "vote_latent_from", "balanced_from",
                     "cluster_tolerance", "cluster2_tolerance",
@@ -300,6 +308,11 @@ class Config:
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")
     augment_lib.Affine.parse(self.augment)  # raises on a bad tuple
+    if self.embed_copies and not self.augment:
+      raise ValueError(
+          f"embed_copies={self.embed_copies} needs augment (the copies' "
+          f"random maps), which is empty; set --augment or "
+          f"--embed_copies=0.")
     if not 0.0 < self.augment_fraction <= 1.0:
       raise ValueError(f"augment_fraction must be in (0, 1], got "
                        f"{self.augment_fraction}.")
@@ -647,6 +660,19 @@ def upgrade_saved(saved):
                        f"got {penalty!r}")
     saved["nonanchor_power"] = powers[penalty]
   return saved
+
+
+def from_saved(saved):
+  """The Config of a saved config.json dict: old names upgraded, lists back
+  to tuples, fields added since it was saved at their defaults."""
+  saved = upgrade_saved(saved)
+  names = {f.name for f in dataclasses.fields(Config)}
+  unknown = sorted(set(saved) - names)
+  if unknown:
+    raise ValueError(f"saved config has unknown fields {unknown}; it was "
+                     f"not written by this version's Config.")
+  return Config(**{k: tuple(v) if isinstance(v, list) else v
+                   for k, v in saved.items()})
 
 
 def field_defaults():

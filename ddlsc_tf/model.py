@@ -239,18 +239,47 @@ class DDLSC(keras.Model):
     z = self.encoder(inputs, training=training)
     return z, self.decoder(z, training=training)
 
-  def embed(self, images, batch_size=1000):
+  def embed(self, images, batch_size=1000, *, copies=0, seed=0):
     """Latent z for every image, [N, d] NumPy, in inference mode.
 
     Batch by batch on slices of `images` (NumPy or a tensor, not copied):
     `predict` would copy all of them into its own dataset first.
+
+    With `copies` > 0 (ours) an image's row is the mean of its unit latent
+    and the unit latents of that many random affine copies of it, drawn as
+    the training copies are (`augment`): the average over the variants the
+    copies' anchors taught the encoder to map together. The copies depend
+    on `seed`, the copy's number and the image's position only, so every
+    call draws the same ones. Rows are then not unit vectors; every use
+    normalises them.
     """
+    copies = int(copies)
+    if copies < 0:
+      raise ValueError(f"copies must be >= 0, got {copies}.")
+    if copies and self.affine is None:
+      raise ValueError(
+          "copies > 0 needs the model's augment (the copies' random maps); "
+          "this model was built without one.")
     n = len(images)
     if n == 0:
       return np.zeros((0, self.latent_dim), np.float32)
-    return np.concatenate([
-        self.encoder.predict_on_batch(images[i:i + batch_size])
-        for i in range(0, n, batch_size)])
+    if not copies:
+      return np.concatenate([
+          self.encoder.predict_on_batch(images[i:i + batch_size])
+          for i in range(0, n, batch_size)])
+    rows = []
+    for i in range(0, n, batch_size):
+      x = tf.convert_to_tensor(images[i:i + batch_size], tf.float32)
+      total = losses.normalize_rows(self.encoder(x, training=False))
+      for c in range(copies):
+        copy_seed = tf.random.experimental.stateless_fold_in(
+            tf.random.experimental.stateless_fold_in(
+                tf.constant([int(seed), 0], tf.int64), c), i)
+        copy = augment_lib.random_affine(x, affine=self.affine,
+                                         seed=copy_seed)
+        total += losses.normalize_rows(self.encoder(copy, training=False))
+      rows.append((total / (copies + 1)).numpy())
+    return np.concatenate(rows)
 
   def recalibrate_batch_norm(self, images, *, batch_size, seed=0):
     """Sets every batch norm's moving statistics to their values over

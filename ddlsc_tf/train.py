@@ -126,9 +126,10 @@ def recalibrate(model, images, config):
 
 def embed(model, images, config):
   """The latent z of every image, [N, d] NumPy, recalibrated first when
-  the config asks for it."""
+  the config asks for it, averaged over `embed_copies` affine copies when
+  it sets them (`DDLSC.embed`)."""
   recalibrate(model, images, config)
-  return model.embed(images)
+  return model.embed(images, copies=config.embed_copies, seed=config.seed)
 
 
 def kmeans(z, config):
@@ -476,7 +477,7 @@ def _pictures(model, images, labels, config, workdir, phase, phase_result):
   if config.tsne_points == 0:
     return
   from ddlsc_tf import plots  # pylint: disable=import-outside-toplevel
-  z = model.embed(images)
+  z = embed(model, images, config)
   if phase == "pretrain" or not _centroids_initialised(model):
     assignments, _ = kmeans(z, config)
   else:
@@ -814,6 +815,52 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   logging.info("saved %s/model.keras and the SavedModel %s/export",
                workdir, workdir)
   return model, result
+
+
+def evaluate_saved(model_path, *, changes=None, data_dir=None,
+                   manual_dir=None):
+  """Scores a saved model as the phases' evaluation does: k-means on the
+  normalised latent (`embed`, `kmeans`) of its run's labelled dataset.
+
+  Args:
+    model_path: a .keras file of a run (pretrain.keras, cluster1.keras,
+      model.keras), with the run's config.json in the same folder.
+    changes: Config fields to change first, e.g. {"embed_copies": 16}.
+    data_dir, manual_dir: as `data.load_images`.
+
+  Returns:
+    {"model", "dataset", "seed", "num_examples", "embed_copies", "acc",
+    "nmi", "ari", "seconds"}; seconds counts the embedding and k-means.
+
+  Raises:
+    FileNotFoundError: no model or no config.json beside it.
+    ValueError: not a DDLSC model, or a dataset without labels.
+  """
+  config_path = os.path.join(os.path.dirname(os.path.abspath(model_path)),
+                             "config.json")
+  for path, what in ((model_path, "model"), (config_path, "run config")):
+    if not os.path.isfile(path):
+      raise FileNotFoundError(
+          f"no {what} at {path}: pass a .keras file that a run wrote into "
+          f"its workdir (beside its config.json).")
+  config = configs.from_saved(checkpoints.read_json(config_path))
+  config = config.replace(**(changes or {}))
+  model = keras.models.load_model(model_path)
+  if not isinstance(model, model_lib.DDLSC):
+    raise ValueError(f"{model_path} is not a DDLSC model.")
+  images, labels = data.load_images(
+      config.dataset, data_dir=data_dir, manual_dir=manual_dir,
+      max_examples=config.max_examples, image_size=config.image_size,
+      channels=config.channels)
+  if labels is None:
+    raise ValueError(f"dataset {config.dataset!r} has no labels to score "
+                     f"against.")
+  start = time.time()
+  scores = evaluate(model, data.as_tensor(images), labels, config)
+  return {"model": model_path, "dataset": config.dataset,
+          "seed": config.seed, "num_examples": int(len(images)),
+          "embed_copies": config.embed_copies, **scores,
+          "seconds": round(time.time() - start, 2)}
 
 
 def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):

@@ -41,15 +41,20 @@ def _parse_item(cast, text):
   return lowered in ("true", "1")
 
 
-def resolve(config):
-  """`config` with every set override flag applied."""
-  changes = {}
-  for field in dataclasses.fields(type(config)):
+def changes():
+  """{Config field: value} for every override flag that is set."""
+  result = {}
+  for field in dataclasses.fields(configs.Config):
     value = getattr(FLAGS, field.name, None)
     if field.name == "dataset" or value is None:
       continue
     if isinstance(value, list):
       cast = typing.get_args(field.type)[0]  # Tuple[int, ...] → int
       value = tuple(_parse_item(cast, v) for v in value)
-    changes[field.name] = value
-  return config.replace(**changes)
+    result[field.name] = value
+  return result
+
+
+def resolve(config):
+  """`config` with every set override flag applied."""
+  return config.replace(**changes())

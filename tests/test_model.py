@@ -1,10 +1,13 @@
 """The Keras model: a pre-training step lowers the loss; save/reload."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from ddlsc_tf import augment as augment_lib
 from ddlsc_tf import configs
 from ddlsc_tf import losses
 from ddlsc_tf import train
@@ -83,6 +86,49 @@ def test_embed_goes_batch_by_batch_on_arrays_and_tensors(make_blobs):
     assert z.shape == (len(x), model.latent_dim)
     np.testing.assert_allclose(z, whole, rtol=1e-5, atol=1e-6)
   assert model.embed(x[:0]).shape == (0, model.latent_dim)
+
+
+def test_embed_averages_unit_latents_over_the_same_copies_each_call(
+    make_blobs):
+  x, _ = make_blobs()
+  model, _ = _model()
+  assert model.affine is not None  # TINY keeps MNIST's copies
+  plain = model.embed(x, batch_size=16)
+  averaged = model.embed(x, batch_size=16, copies=3, seed=1)
+  assert averaged.shape == plain.shape
+  np.testing.assert_array_equal(
+      averaged, model.embed(x, batch_size=16, copies=3, seed=1))
+  assert not np.allclose(averaged,
+                         model.embed(x, batch_size=16, copies=3, seed=2))
+  # Unchanged copies average to the image's own unit latent.
+  model.affine = augment_lib.Affine(0.0, 0.0, 0.0, 0.0)
+  np.testing.assert_allclose(
+      model.embed(x, batch_size=16, copies=2),
+      plain / np.linalg.norm(plain, axis=1, keepdims=True),
+      rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="copies must be >= 0, got -1"):
+    model.embed(x, copies=-1)
+  model.affine = None
+  with pytest.raises(ValueError, match="needs the model's augment"):
+    model.embed(x, copies=1)
+
+
+def test_config_needs_augment_for_embed_copies():
+  with pytest.raises(ValueError, match="embed_copies=4 needs augment"):
+    configs.MNIST.replace(augment=(), embed_copies=4)
+  with pytest.raises(ValueError, match="embed_copies must be >= 0, got -1"):
+    configs.MNIST.replace(embed_copies=-1)
+
+
+def test_a_saved_config_reads_back_as_the_same_config():
+  for preset in (configs.MNIST, configs.COIL20.replace(embed_copies=8)):
+    saved = json.loads(json.dumps(preset.to_dict()))
+    assert configs.from_saved(saved) == preset
+  saved = json.loads(json.dumps(configs.MNIST.to_dict()))
+  del saved["embed_copies"]  # a run saved before the field
+  assert configs.from_saved(saved) == configs.MNIST
+  with pytest.raises(ValueError, match="unknown fields \\['colour'\\]"):
+    configs.from_saved({**saved, "colour": 1})
 
 
 @pytest.mark.parametrize("field, value, bad, error", [

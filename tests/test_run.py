@@ -184,3 +184,43 @@ def test_coil20_preset_runs_on_the_dummy_zip(tmp_path, coil_dummy):
   assert config["lambda_d_start"] == 4.0 and config["lambda_r"] == 1e-3
   assert result["num_examples"] == 8
   assert (result["latent_dim"], result["params"]) == (150, 7_715)
+
+
+def test_evaluate_scores_a_saved_model_as_its_run_did(smoke, tmp_path,
+                                                      tfds_data_dir,
+                                                      mnist_manual_dir):
+  workdir, result = smoke
+  out = tmp_path / "scores.json"
+  cmd = [sys.executable, "-m", "experiments.evaluate",
+         f"--model={workdir / 'pretrain.keras'}",
+         f"--data_dir={tfds_data_dir}", f"--manual_dir={mnist_manual_dir}",
+         f"--out={out}"]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  scores = json.loads(out.read_text())
+  pretrain = result["phases"]["pretrain"]
+  assert (scores["dataset"], scores["num_examples"], scores["seed"],
+          scores["embed_copies"]) == ("mnist", 300, 0, 0)
+  assert [scores[k] for k in ("acc", "nmi", "ari")] == pytest.approx(
+      [pretrain[k] for k in ("acc", "nmi", "ari")], abs=1e-9)
+  # A flag changes the evaluation only: the averaged latent scores too.
+  proc = subprocess.run(cmd + ["--embed_copies=2"], cwd=REPO,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  copied = json.loads(out.read_text())
+  assert copied["embed_copies"] == 2
+  _check_scores(copied)
+  assert json.loads((workdir / "config.json").read_text())[
+      "embed_copies"] == 0
+
+
+def test_evaluate_needs_the_runs_config_beside_the_model(smoke, tmp_path):
+  from ddlsc_tf import train  # pylint: disable=import-outside-toplevel
+  workdir, _ = smoke
+  lone = tmp_path / "pretrain.keras"
+  lone.write_bytes((workdir / "pretrain.keras").read_bytes())
+  with pytest.raises(FileNotFoundError, match="no run config at .*config.json"):
+    train.evaluate_saved(str(lone))
+  with pytest.raises(FileNotFoundError, match="no model at"):
+    train.evaluate_saved(str(workdir / "missing.keras"))

@@ -1,0 +1,41 @@
+r"""Scores a saved model as the runs' evaluation does (k-means on the
+normalised latent of its run's dataset; labels to score only):
+
+  python -m experiments.evaluate --model=DIR/pretrain.keras \
+      --manual_dir=../shared/data/mnist [--embed_copies=16] [--out=JSON]
+
+The run's DIR/config.json gives the dataset and the evaluation's settings;
+any Config field given as a flag changes it for this evaluation only.
+"""
+
+import json
+
+from absl import app
+from absl import flags
+
+from ddlsc_tf import checkpoints
+from ddlsc_tf import train
+from experiments import config_flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", None, "A run's .keras file (config.json beside "
+                    "it).", required=True)
+flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+flags.DEFINE_string("manual_dir", None,
+                    "Folder with the raw dataset archives, for offline use.")
+flags.DEFINE_string("out", None, "Optional JSON output path.")
+config_flags.define_overrides()
+
+
+def main(argv):
+  del argv
+  result = train.evaluate_saved(
+      FLAGS.model, changes=config_flags.changes(), data_dir=FLAGS.data_dir,
+      manual_dir=FLAGS.manual_dir)
+  print(json.dumps(result, indent=2))
+  if FLAGS.out:
+    checkpoints.write_json_atomic(FLAGS.out, result)
+
+
+if __name__ == "__main__":
+  app.run(main)
