@@ -819,12 +819,13 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
 
 def evaluate_saved(model_path, *, changes=None, data_dir=None,
                    manual_dir=None):
-  """Scores a saved model as the phases' evaluation does: k-means on the
-  normalised latent (`embed`, `kmeans`) of its run's labelled dataset.
+  """Scores a saved model as pre-training's evaluation does: k-means on
+  the normalised latent (`embed`, `kmeans`) of its run's labelled dataset.
+  (A clustering phase's own score is its centroids' partition instead.)
 
   Args:
-    model_path: a .keras file of a run (pretrain.keras, cluster1.keras,
-      model.keras), with the run's config.json in the same folder.
+    model_path: a .keras file of a run (pretrain.keras, or a later phase's),
+      with the run's config.json in the same folder.
     changes: Config fields to change first, e.g. {"embed_copies": 16}.
     data_dir, manual_dir: as `data.load_images`.
 

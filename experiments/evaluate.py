@@ -1,4 +1,4 @@
-r"""Scores a saved model as the runs' evaluation does (k-means on the
+r"""Scores a saved model as pre-training's evaluation does (k-means on the
 normalised latent of its run's dataset; labels to score only):
 
   python -m experiments.evaluate --model=DIR/pretrain.keras \
