@@ -57,6 +57,14 @@ def write_json_atomic(path, payload):
   write_atomic(path, write, ".json")
 
 
+def report_json(payload, out=None):
+  """Prints payload as indented JSON and, when `out` is a path, writes it
+  there too (atomically): the experiment scripts' result output."""
+  print(json.dumps(payload, indent=2))
+  if out:
+    write_json_atomic(out, payload)
+
+
 def write_text_atomic(path, text):
   def write(tmp):
     with open(tmp, "w") as f:

@@ -3,8 +3,6 @@ r"""Raw-pixel k-means baseline: `python -m experiments.baseline --dataset=mnist`
 Prints ACC/NMI/ARI and, with --out, writes them as JSON.
 """
 
-import json
-
 from absl import app
 from absl import flags
 
@@ -29,9 +27,7 @@ def main(argv):
     config = config.replace(kmeans_n_init=FLAGS.kmeans_n_init)
   result = train.raw_kmeans_baseline(config, data_dir=FLAGS.data_dir,
                                      manual_dir=FLAGS.manual_dir)
-  print(json.dumps(result, indent=2))
-  if FLAGS.out:
-    checkpoints.write_json_atomic(FLAGS.out, result)
+  checkpoints.report_json(result, FLAGS.out)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,6 @@ The run's DIR/config.json gives the dataset and the evaluation's settings;
 any Config field given as a flag changes it for this evaluation only.
 """
 
-import json
-
 from absl import app
 from absl import flags
 
@@ -32,9 +30,7 @@ def main(argv):
   result = train.evaluate_saved(
       FLAGS.model, changes=config_flags.changes(), data_dir=FLAGS.data_dir,
       manual_dir=FLAGS.manual_dir)
-  print(json.dumps(result, indent=2))
-  if FLAGS.out:
-    checkpoints.write_json_atomic(FLAGS.out, result)
+  checkpoints.report_json(result, FLAGS.out)
 
 
 if __name__ == "__main__":
