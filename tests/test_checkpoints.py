@@ -21,6 +21,16 @@ def test_failed_json_write_keeps_the_old_file_and_no_temp(tmp_path):
   assert sorted(os.listdir(tmp_path)) == ["result.json"]
 
 
+def test_report_json_prints_and_writes_only_when_asked(tmp_path, capsys):
+  checkpoints.report_json({"acc": 0.5})
+  assert json.loads(capsys.readouterr().out) == {"acc": 0.5}
+  assert not os.listdir(tmp_path)
+  checkpoints.report_json({"acc": 0.25}, str(tmp_path / "r.json"))
+  assert json.loads(capsys.readouterr().out) == {"acc": 0.25}
+  assert json.loads((tmp_path / "r.json").read_text()) == {"acc": 0.25}
+  assert os.listdir(tmp_path) == ["r.json"]
+
+
 def test_leftovers_of_a_killed_writer_are_removed(tmp_path):
   (tmp_path / ".ddlsc-tmp-abc.json").write_text("{half")
   (tmp_path / ".ddlsc-old-export-x").mkdir()
