@@ -89,12 +89,49 @@ def test_a_half_flip_mirrors_some_images():
   assert 10 < mirrored.sum() < 54
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_warp_by_a_constant_flow_shifts_the_image(graph):
+  x = _images(np.random.default_rng(5))
+  fn = tf.function(augment.warp) if graph else augment.warp
+  np.testing.assert_array_equal(fn(x, tf.zeros(x.shape[:3] + (2,))), x)
+  # Down one row and half a column right: each pixel reads the row below,
+  # halfway between two columns; the last row reads the zero border.
+  flow = np.zeros(x.shape[:3] + (2,), np.float32)
+  flow[..., 0], flow[..., 1] = 1.0, 0.5
+  out = fn(x, flow).numpy()
+  np.testing.assert_allclose(out[:, :-1, :-1],
+                             (x[:, 1:, :-1] + x[:, 1:, 1:]) / 2, atol=1e-6)
+  np.testing.assert_allclose(out[:, :-1, -1], x[:, 1:, -1] / 2, atol=1e-6)
+  np.testing.assert_array_equal(out[:, -1], 0.0)
+
+
+def test_elastic_warps_within_its_bound_and_a_zero_one_changes_nothing():
+  h, w = 10, 12
+  rows = np.tile(np.arange(h, dtype=np.float32)[:, None], (1, w))
+  x = np.repeat(rows[None, :, :, None], 5, axis=0)
+  seed = tf.constant([2, 7])
+  plain = augment.random_affine(
+      x, affine=augment.Affine.parse((0, 0, 0, 0, 0)), seed=seed).numpy()
+  zero = augment.random_affine(
+      x, affine=augment.Affine.parse((0, 0, 0, 0, 0, 0)), seed=seed).numpy()
+  np.testing.assert_array_equal(plain, zero)
+  out = augment.random_affine(
+      x, affine=augment.Affine.parse((0, 0, 0, 0, 0, 1.5)), seed=seed).numpy()
+  # An image whose value is its row index reads back the row it sampled:
+  # away from the borders, displaced by at most 1.5 rows, and not by zero.
+  shift = out[:, 2:-2, 2:-2, 0] - x[:, 2:-2, 2:-2, 0]
+  assert np.abs(shift).max() <= 1.5 + 1e-5
+  assert np.abs(shift).max() > 0.1
+
+
 def test_parse_rejects_bad_values():
   assert augment.Affine.parse(()) is None
   assert augment.Affine.parse([1, 2, 3, 4]) == augment.Affine(1, 2, 3, 4)
   assert augment.Affine.parse([1, 2, 3, 4, 0.5]).flip == 0.5
+  assert augment.Affine.parse([1, 2, 3, 4, 0.5, 1.5]).elastic == 1.5
   for bad in ((1, 2, 3), (1, 2, 3, -1), (1, 2, float("nan"), 4),
-              (1, 2, 3, 4, 1.5), (1, 2, 3, 4, 0.5, 1)):
+              (1, 2, 3, 4, 1.5), (1, 2, 3, 4, 0.5, -1),
+              (1, 2, 3, 4, 0.5, 1, 1)):
     with pytest.raises(ValueError, match="augment must be empty"):
       augment.Affine.parse(bad)
   with pytest.raises(ValueError, match="augment must be empty"):
