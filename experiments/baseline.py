@@ -9,12 +9,11 @@ from absl import flags
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import train
+from experiments import config_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
-flags.DEFINE_string("data_dir", None, "TFDS data directory.")
-flags.DEFINE_string("manual_dir", None,
-                    "Folder with the raw dataset archives, for offline use.")
+config_flags.define_data_flags()
 flags.DEFINE_integer("seed", 0, "k-means random state.")
 flags.DEFINE_integer("kmeans_n_init", None, "k-means restarts (preset's).")
 flags.DEFINE_string("out", None, "Optional JSON output path.")

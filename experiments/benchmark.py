@@ -22,9 +22,7 @@ from experiments import config_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
-flags.DEFINE_string("data_dir", None, "TFDS data directory.")
-flags.DEFINE_string("manual_dir", None,
-                    "Folder with the raw dataset archives, for offline use.")
+config_flags.define_data_flags()
 flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
 flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
 flags.DEFINE_string(

@@ -1,6 +1,6 @@
-"""One absl flag per `configs.Config` field, shared by the experiment
-scripts: `--batch_size=500` overrides the preset's value, an unset flag
-keeps it."""
+"""Flags shared by the experiment scripts: one absl flag per
+`configs.Config` field (`--batch_size=500` overrides the preset's value,
+an unset flag keeps it), and where the data comes from."""
 
 import dataclasses
 import typing
@@ -10,6 +10,13 @@ from absl import flags
 from ddlsc_tf import configs
 
 FLAGS = flags.FLAGS
+
+
+def define_data_flags():
+  """Defines --data_dir and --manual_dir, as `data.load_images` takes them."""
+  flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+  flags.DEFINE_string("manual_dir", None,
+                      "Folder with the raw dataset archives, for offline use.")
 
 
 def define_overrides(skip=("dataset",)):

@@ -16,12 +16,12 @@ from ddlsc_tf import configs
 from ddlsc_tf import data
 from ddlsc_tf import diagnostics
 from ddlsc_tf import train
+from experiments import config_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "anchors", ["anchors", "oracle"], "What to run.")
 flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
-flags.DEFINE_string("data_dir", None, "TFDS data directory.")
-flags.DEFINE_string("manual_dir", None, "Raw archives, for offline use.")
+config_flags.define_data_flags()
 flags.DEFINE_string("workdir", None, "Output folder (oracle mode).")
 flags.DEFINE_enum("oracle", "all_same_label", list(diagnostics.ORACLES),
                   "Which label-built anchors (oracle mode).")

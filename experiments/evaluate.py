@@ -18,9 +18,7 @@ from experiments import config_flags
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "A run's .keras file (config.json beside "
                     "it).", required=True)
-flags.DEFINE_string("data_dir", None, "TFDS data directory.")
-flags.DEFINE_string("manual_dir", None,
-                    "Folder with the raw dataset archives, for offline use.")
+config_flags.define_data_flags()
 flags.DEFINE_string("out", None, "Optional JSON output path.")
 config_flags.define_overrides()
 

@@ -14,9 +14,7 @@ from experiments import config_flags
 FLAGS = flags.FLAGS
 flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
 flags.DEFINE_string("workdir", None, "Output folder.", required=True)
-flags.DEFINE_string("data_dir", None, "TFDS data directory.")
-flags.DEFINE_string("manual_dir", None,
-                    "Folder with the raw dataset archives, for offline use.")
+config_flags.define_data_flags()
 flags.DEFINE_enum("verbose", "auto", ["auto", "0", "1", "2"],
                   "Keras progress output: 1 a bar, 2 one line per epoch.")
 flags.DEFINE_string("init_from", None,
