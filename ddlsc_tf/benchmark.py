@@ -84,7 +84,7 @@ def fixed_batch_losses(model, x, config):
     _, l_d, l_r = losses.pretrain_loss(
         x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=config.alpha,
         lambda_r=config.lambda_r, ignore=ignore,
-        power=config.nonanchor_power)
+        power=config.nonanchor_power, anchor_power=config.anchor_power)
     l_w = losses.within_cluster_loss(z=z, assignments=assignments,
                                      num_clusters=config.num_clusters)
     l_b = losses.between_cluster_loss(z=z, assignments=assignments,

@@ -55,6 +55,12 @@ class Config:
   # (0.826; "Session 41").
   # COIL-20 p = 2, seeds 0-2: 0.689 against 0.705 (COIL, "Session 36").
   nonanchor_power: float = 1.0
+  # Ours: L_d's anchor term is (1−α)/|A| Σ_A (1 − C_ij)^q with q this
+  # (losses.discriminative_loss(anchor_power=q)), in pre-training and stage
+  # I; 1: eq. 5's −(1−α)/|A| Σ_A C_ij (the same up to a constant). q > 1
+  # pulls an anchor pair in proportion to how far apart it still is, and
+  # not at all once it has met.
+  anchor_power: float = 1.0
   # What the kNN graph compares: "raw" images (the paper) or "smoothed"
   # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
   knn_features: str = "raw"
@@ -310,6 +316,9 @@ class Config:
     if not self.nonanchor_power >= 1.0:
       raise ValueError(f"nonanchor_power must be >= 1, got "
                        f"{self.nonanchor_power}.")
+    if not self.anchor_power >= 1.0:
+      raise ValueError(f"anchor_power must be >= 1, got "
+                       f"{self.anchor_power}.")
     if self.knn_features not in ("raw", "smoothed"):
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")

@@ -90,7 +90,8 @@ class OracleAnchorDDLSC(model_lib.DDLSC):
       z, x_hat = self(x, training=True)
       total, l_d, l_r = losses.pretrain_loss(
           x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
-          lambda_r=self.lambda_r, power=self.nonanchor_power)
+          lambda_r=self.lambda_r, power=self.nonanchor_power,
+          anchor_power=self.anchor_power)
     return self._apply(tape, total, (total, l_d, l_r))
 
   def get_config(self):

@@ -325,7 +325,8 @@ def with_copy_anchors(anchors, index=None, *, share=False):
       axis=0)
 
 
-def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0):
+def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0,
+                         anchor_power=1.0):
   """L_d of eq. 5: weighted L1 norm of the batch cosine-similarity matrix.
 
     L_d = 1/(|B|²−|A|) Σ_{(i,j)∉A, i≠j} |C_ij| − (1−α)/|A| Σ_{(i,j)∈A} C_ij
@@ -334,6 +335,11 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0):
   paper's (eq. 3). With no anchors the second term is zero. With power
   p ≠ 1 (ours) the first sum is of |C_ij|^p: the push on a pair then grows
   with its cosine (|C| pushes a pair at 0.9 no harder than one at 0.1).
+  With anchor_power q ≠ 1 (ours) the anchor term is
+  +(1−α)/|A| Σ_{(i,j)∈A} (1 − C_ij)^q: for q = 1 that is eq. 5's term plus
+  the constant 1 − α; above 1 the pull on an anchor pair grows with its
+  distance and vanishes as C_ij → 1 (eq. 5 pulls a pair at 0.95 as hard as
+  one at 0.2).
 
   Args:
     z: [B, D] float latent batch.
@@ -345,18 +351,23 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0):
       1/(|B|²−|A|) is kept as is (ignored pairs are few: ~k|B|).
     power: Python float >= 1, the exponent p of the first sum's |C_ij|
       (1: eq. 5; below 1 the gradient at C_ij = 0 is infinite).
+    anchor_power: Python float >= 1, the exponent q of the anchor term's
+      (1 − C_ij) (1: eq. 5).
 
   Returns:
     Scalar float.
   """
   _check_rank("z", z, 2)
   _check_rank("anchors", anchors, 2)
-  power = float(power)
+  power, anchor_power = float(power), float(anchor_power)
   if not power >= 1.0:
     raise ValueError(f"power must be >= 1, got {power}.")
-  if power != 1.0:
+  if not anchor_power >= 1.0:
+    raise ValueError(f"anchor_power must be >= 1, got {anchor_power}.")
+  if power != 1.0 or anchor_power != 1.0:
     return _discriminative_loss_power(z=z, anchors=anchors, alpha=alpha,
-                                      ignore=ignore, power=power)
+                                      ignore=ignore, power=power,
+                                      anchor_power=anchor_power)
   # The same sums, with one dense pass over C forward and one backward:
   #   Σ_{∉A, i≠j} |C_ij| = Σ_all |C| − Σ_i |C_ii| − Σ_A |C| (− Σ_ignored |C|)
   # and the anchor (and ignored) pairs, ~k|B| of |B|², as gathered dot
@@ -379,12 +390,14 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0):
           / tf.maximum(num_anchors, 1.0))
 
 
-def _discriminative_loss_power(*, z, anchors, alpha, ignore, power):
-  """`discriminative_loss` with |C_ij|^power on the non-anchor pairs.
+def _discriminative_loss_power(*, z, anchors, alpha, ignore, power,
+                               anchor_power):
+  """`discriminative_loss` with |C_ij|^power on the non-anchor pairs and
+  (1 − C_ij)^anchor_power on the anchors.
 
-  Dense masks over C, written as the session-36 and 37 trials ran it
-  (RESULTS.md, MNIST, "Session 36" and "Session 37"), so runs through the
-  option repeat those figures.
+  Dense masks over C, written as the session-36, 37 and 46 trials ran it
+  (RESULTS.md, MNIST, "Session 36", "Session 37" and "Session 46"), so
+  runs through the options repeat those figures.
   """
   c = cosine_similarity_matrix(z)
   b = tf.shape(c)[0]
@@ -396,6 +409,11 @@ def _discriminative_loss_power(*, z, anchors, alpha, ignore, power):
   non_anchor = tf.reduce_sum(tf.where(off, pushed, tf.zeros_like(c)))
   num_anchors = tf.reduce_sum(tf.cast(a, z.dtype))
   batch = tf.cast(b, z.dtype)
+  if anchor_power != 1.0:
+    pulled = tf.pow(tf.maximum(1.0 - c, 0.0), anchor_power)
+    anchor = tf.reduce_sum(tf.where(a, pulled, tf.zeros_like(c)))
+    return (non_anchor / (batch * batch - num_anchors)
+            + (1.0 - alpha) * anchor / tf.maximum(num_anchors, 1.0))
   anchor = tf.reduce_sum(tf.where(a, c, tf.zeros_like(c)))
   return (non_anchor / (batch * batch - num_anchors)
           - (1.0 - alpha) * anchor / tf.maximum(num_anchors, 1.0))
@@ -432,7 +450,7 @@ def reconstruction_loss(*, x, x_hat):
 
 
 def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r, ignore=None,
-                  power=1.0):
+                  power=1.0, anchor_power=1.0):
   """Objective of eq. 6: L_d(Z) + λ L_r(X, X̂).
 
   Args:
@@ -445,12 +463,13 @@ def pretrain_loss(*, x, z, x_hat, anchors, alpha, lambda_r, ignore=None,
     lambda_r: float >= 0, weight λ of the reconstruction loss.
     ignore: optional [B, B] bool pairs left out of L_d's first sum.
     power: exponent of L_d's non-anchor |C_ij| (1: eq. 5), as there.
+    anchor_power: exponent of L_d's anchor (1 − C_ij) (1: eq. 5), as there.
 
   Returns:
     (total, l_d, l_r) scalars.
   """
   l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha, ignore=ignore,
-                            power=power)
+                            power=power, anchor_power=anchor_power)
   l_r = reconstruction_loss(x=x, x_hat=x_hat)
   return l_d + lambda_r * l_r, l_d, l_r
 
@@ -606,14 +625,14 @@ def within_cluster_loss(*, z, assignments, num_clusters):
 
 def stage1_loss(*, x, z, x_hat, centroids, assignments, anchors, alpha,
                 lambda_d, lambda_r, ignore=None, softmax_scale=0.0,
-                power=1.0):
+                power=1.0, anchor_power=1.0):
   """Stage I (eq. 8) as a loss to minimise: −L_c + λ_d L_d + λ_r L_r.
 
   With softmax_scale s > 0 (ours), −L_c in the total is replaced by
   −`assignment_log_likelihood` at scale s; the returned l_c is eq. 7's.
 
   x and x_hat may hold fewer rows than z, as in `pretrain_loss`; power
-  is L_d's, as there.
+  and anchor_power are L_d's, as there.
 
   Returns:
     (total, l_c, l_d, l_r) scalars.
@@ -621,7 +640,7 @@ def stage1_loss(*, x, z, x_hat, centroids, assignments, anchors, alpha,
   fit, l_c = _fit_term(z=z, centroids=centroids, assignments=assignments,
                        softmax_scale=softmax_scale)
   l_d = discriminative_loss(z=z, anchors=anchors, alpha=alpha, ignore=ignore,
-                            power=power)
+                            power=power, anchor_power=anchor_power)
   l_r = reconstruction_loss(x=x, x_hat=x_hat)
   return -fit + lambda_d * l_d + lambda_r * l_r, l_c, l_d, l_r
 

@@ -69,6 +69,8 @@ class DDLSC(keras.Model):
     nonanchor_power: float >= 1, exponent p of L_d's |C_ij|^p on the
       non-anchor pairs (1: eq. 5; ours otherwise), in pre-training and
       stage I alike.
+    anchor_power: float >= 1, exponent q of L_d's anchor term
+      (1 − C_ij)^q (1: eq. 5; ours otherwise), where nonanchor_power acts.
     lambda_r: weight λ of the reconstruction loss in eq. 6.
     augment: None, or the largest random (rotation in degrees, scale,
       shear, translation in pixels) of a copy of each image added to the
@@ -115,7 +117,7 @@ class DDLSC(keras.Model):
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
-               anchor_hops=1, nonanchor_power=1.0,
+               anchor_hops=1, nonanchor_power=1.0, anchor_power=1.0,
                knn_features="raw", augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), reconstruct_copies=True,
                copies_share_anchors=False, augment_originals=False, seed=0,
@@ -142,6 +144,9 @@ class DDLSC(keras.Model):
     if not self.nonanchor_power >= 1.0:
       raise ValueError(f"nonanchor_power must be >= 1, got "
                        f"{nonanchor_power}.")
+    self.anchor_power = float(anchor_power)
+    if not self.anchor_power >= 1.0:
+      raise ValueError(f"anchor_power must be >= 1, got {anchor_power}.")
     if knn_features not in losses.KNN_FEATURES:
       raise ValueError(f"unknown knn_features {knn_features!r}; expected "
                        f"one of {losses.KNN_FEATURES}.")
@@ -462,7 +467,7 @@ class DDLSC(keras.Model):
       total, l_d, l_r = losses.pretrain_loss(
           x=target, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
           lambda_r=self.lambda_r, ignore=ignore,
-          power=self.nonanchor_power)
+          power=self.nonanchor_power, anchor_power=self.anchor_power)
     return self._apply(tape, total, (total, l_d, l_r))
 
   def _cluster1_step(self, data):
@@ -477,7 +482,7 @@ class DDLSC(keras.Model):
           assignments=assignments, anchors=anchors, alpha=self.alpha,
           lambda_d=self.lambda_d, lambda_r=self.cluster_lambda_r,
           ignore=ignore, softmax_scale=self.softmax_scale,
-          power=self.nonanchor_power)
+          power=self.nonanchor_power, anchor_power=self.anchor_power)
     return self._apply(tape, total, (total, l_c, l_d, l_r))
 
   def _cluster2_step(self, data):
@@ -509,6 +514,7 @@ class DDLSC(keras.Model):
         knn_neutral=self.knn_neutral,
         anchor_hops=self.anchor_hops,
         nonanchor_power=self.nonanchor_power,
+        anchor_power=self.anchor_power,
         knn_features=self.knn_features,
         num_clusters=self.num_clusters,
         lambda_d=float(self.lambda_d.numpy()),

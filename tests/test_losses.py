@@ -22,7 +22,8 @@ def _knn_graph_ref(x, k):
   return g | g.T
 
 
-def _discriminative_ref(z, anchors, alpha, ignore=None, power=1.0):
+def _discriminative_ref(z, anchors, alpha, ignore=None, power=1.0,
+                        anchor_power=1.0):
   c = _cosine(z)
   b = len(z)
   a = anchors.astype(bool)
@@ -31,6 +32,9 @@ def _discriminative_ref(z, anchors, alpha, ignore=None, power=1.0):
     non &= ~ignore
   na = a.sum()
   anchor_term = (1 - alpha) * c[a].sum() / na if na else 0.0
+  if anchor_power != 1.0:
+    anchor_term = -(1 - alpha) * (
+        np.maximum(1.0 - c[a], 0.0) ** anchor_power).sum() / max(na, 1)
   pushed = np.abs(c[non]) ** power
   return pushed.sum() / (b * b - na) - anchor_term
 
@@ -294,6 +298,48 @@ def test_power_pushes_near_pairs_harder():
   with pytest.raises(ValueError, match="power must be >= 1, got 0.5"):
     losses.discriminative_loss(z=tf.eye(2), anchors=tf.zeros([2, 2], tf.bool),
                                alpha=0.1, power=0.5)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("with_ignore", [False, True])
+@pytest.mark.parametrize("power, anchor_power", [(1.0, 2.0), (1.5, 3.0)])
+def test_anchor_power_matches_reference(rng, graph, with_ignore, power,
+                                        anchor_power):
+  z = rng.normal(size=(12, 6)).astype(np.float32)
+  a = np.triu(rng.random((12, 12)) < 0.2, 1)
+  a = a | a.T
+  ignore = np.triu(rng.random((12, 12)) < 0.2, 1)
+  ignore = (ignore | ignore.T) if with_ignore else None
+  got = _run(lambda z, a: losses.discriminative_loss(
+      z=z, anchors=a, alpha=0.1, power=power, anchor_power=anchor_power,
+      ignore=None if ignore is None else tf.constant(ignore)),
+             graph, z=tf.constant(z), a=tf.constant(a))
+  want = _discriminative_ref(z, a, 0.1, ignore, power=power,
+                             anchor_power=anchor_power)
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+  assert not np.isclose(want, _discriminative_ref(z, a, 0.1, ignore,
+                                                  power=power))
+
+
+def test_anchor_power_pulls_far_pairs_harder_and_met_pairs_not_at_all():
+  # Two images, one anchor pair. Eq. 5 pulls a pair at cosine 0.9 as hard
+  # (in the cosine) as one at 0.1; (1 − C)^2 pulls by 2(1 − C).
+  def pull(cosine, anchor_power):
+    z = tf.constant([[1.0, 0.0], [cosine, np.sqrt(1.0 - cosine**2)]])
+    anchors = tf.constant([[False, True], [True, False]])
+    with tf.GradientTape() as tape:
+      tape.watch(z)
+      loss = losses.discriminative_loss(
+          z=z, anchors=anchors, alpha=0.1, anchor_power=anchor_power)
+    return np.linalg.norm(tape.gradient(loss, z).numpy()[1])
+
+  # In z, eq. 5's pull differs only by the geometric sqrt(1 − C²).
+  assert pull(0.1, 1.0) < 2.5 * pull(0.9, 1.0)
+  assert pull(0.1, 2.0) > 15.0 * pull(0.9, 2.0)
+  assert pull(1.0, 2.0) == 0.0
+  with pytest.raises(ValueError, match="anchor_power must be >= 1, got 0.5"):
+    losses.discriminative_loss(z=tf.eye(2), anchors=tf.zeros([2, 2], tf.bool),
+                               alpha=0.1, anchor_power=0.5)
 
 
 def test_discriminative_loss_without_anchors_is_finite(rng):

@@ -135,6 +135,7 @@ def test_a_saved_config_reads_back_as_the_same_config():
     ("knn_features", "smoothed", "l2",
      "knn_features must be 'raw' or 'smoothed', got 'l2'"),
     ("nonanchor_power", 1.5, 0.5, "nonanchor_power must be >= 1, got 0.5"),
+    ("anchor_power", 2.0, 0.5, "anchor_power must be >= 1, got 0.5"),
 ])
 def test_option_trains_round_trips_and_rejects_bad_values(
     tmp_path, make_blobs, field, value, bad, error):
