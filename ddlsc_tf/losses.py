@@ -409,12 +409,11 @@ def _discriminative_loss_power(*, z, anchors, alpha, ignore, power,
   non_anchor = tf.reduce_sum(tf.where(off, pushed, tf.zeros_like(c)))
   num_anchors = tf.reduce_sum(tf.cast(a, z.dtype))
   batch = tf.cast(b, z.dtype)
-  if anchor_power != 1.0:
-    pulled = tf.pow(tf.maximum(1.0 - c, 0.0), anchor_power)
-    anchor = tf.reduce_sum(tf.where(a, pulled, tf.zeros_like(c)))
-    return (non_anchor / (batch * batch - num_anchors)
-            + (1.0 - alpha) * anchor / tf.maximum(num_anchors, 1.0))
-  anchor = tf.reduce_sum(tf.where(a, c, tf.zeros_like(c)))
+  # Eq. 5's −Σ_A C_ij, or Σ_A (1 − C_ij)^q written as −Σ_A −(1 − C_ij)^q
+  # (negation is exact, so this equals the sum as the option first ran it).
+  pulled = c if anchor_power == 1.0 else -tf.pow(tf.maximum(1.0 - c, 0.0),
+                                                 anchor_power)
+  anchor = tf.reduce_sum(tf.where(a, pulled, tf.zeros_like(c)))
   return (non_anchor / (batch * batch - num_anchors)
           - (1.0 - alpha) * anchor / tf.maximum(num_anchors, 1.0))
 
