@@ -364,7 +364,7 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0,
     raise ValueError(f"power must be >= 1, got {power}.")
   if not anchor_power >= 1.0:
     raise ValueError(f"anchor_power must be >= 1, got {anchor_power}.")
-  if power != 1.0 or anchor_power != 1.0:
+  if power != 1.0:
     return _discriminative_loss_power(z=z, anchors=anchors, alpha=alpha,
                                       ignore=ignore, power=power,
                                       anchor_power=anchor_power)
@@ -372,7 +372,8 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0,
   #   Σ_{∉A, i≠j} |C_ij| = Σ_all |C| − Σ_i |C_ii| − Σ_A |C| (− Σ_ignored |C|)
   # and the anchor (and ignored) pairs, ~k|B| of |B|², as gathered dot
   # products. Masking C densely took ~35% more time for L_d (RESULTS.md,
-  # "Speed (issue 4): L_d without dense masks").
+  # "Speed (issue 4): L_d without dense masks"; again for anchor_power,
+  # MNIST "Session 47").
   z = normalize_rows(z)
   batch = tf.cast(tf.shape(z)[0], z.dtype)
   total = tf.reduce_sum(tf.abs(tf.matmul(z, z, transpose_b=True)))
@@ -385,19 +386,24 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0,
         tf.logical_or(tf.cast(anchors, tf.bool),
                       tf.eye(tf.shape(z)[0], dtype=tf.bool))))
     non_anchor -= tf.reduce_sum(tf.abs(_pair_cosines(z, left_out)))
+  if anchor_power == 1.0:
+    pulled = -tf.reduce_sum(anchor)  # eq. 5's −Σ_A C_ij
+  else:
+    pulled = tf.reduce_sum(tf.pow(tf.maximum(1.0 - anchor, 0.0),
+                                  anchor_power))
   return (non_anchor / (batch * batch - num_anchors)
-          - (1.0 - alpha) * tf.reduce_sum(anchor)
-          / tf.maximum(num_anchors, 1.0))
+          + (1.0 - alpha) * pulled / tf.maximum(num_anchors, 1.0))
 
 
 def _discriminative_loss_power(*, z, anchors, alpha, ignore, power,
                                anchor_power):
-  """`discriminative_loss` with |C_ij|^power on the non-anchor pairs and
-  (1 − C_ij)^anchor_power on the anchors.
+  """`discriminative_loss` with |C_ij|^power (power ≠ 1) on the non-anchor
+  pairs and (1 − C_ij)^anchor_power on the anchors.
 
-  Dense masks over C, written as the session-36, 37 and 46 trials ran it
-  (RESULTS.md, MNIST, "Session 36", "Session 37" and "Session 46"), so
-  runs through the options repeat those figures.
+  Dense masks over C, written as the session-36 and 37 trials ran it
+  (RESULTS.md, MNIST, "Session 36" and "Session 37"), so runs through the
+  option repeat those figures. (Session 46's anchor_power runs also took
+  this path; since session 47 power = 1 takes the sparse one.)
   """
   c = cosine_similarity_matrix(z)
   b = tf.shape(c)[0]

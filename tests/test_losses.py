@@ -226,10 +226,12 @@ def test_discriminative_loss_ignore_leaves_pairs_out(rng, graph):
 
 
 @pytest.mark.parametrize("graph", [False, True])
-def test_discriminative_loss_gradient_matches_dense_masks(rng, graph):
+@pytest.mark.parametrize("anchor_power", [1.0, 2.0])
+def test_discriminative_loss_gradient_matches_dense_masks(rng, graph,
+                                                          anchor_power):
   # The loss sums |C| densely and the anchor / ignored pairs sparsely; its
-  # gradient must equal that of eq. 5 with dense masks, a zero row and an
-  # ignored diagonal entry included.
+  # gradient must equal that of eq. 5 (or its (1 − C)^q anchor term) with
+  # dense masks, a zero row and an ignored diagonal entry included.
   z = rng.normal(size=(16, 5)).astype(np.float32)
   z[3] = 0.0
   a = np.triu(rng.random((16, 16)) < 0.15, 1)
@@ -244,8 +246,10 @@ def test_discriminative_loss_gradient_matches_dense_masks(rng, graph):
     pushed = (1.0 - tf.eye(16)) * (1.0 - anchors) * (
         1.0 - tf.constant(ignore, tf.float32))
     na = tf.reduce_sum(anchors)
+    pulled = (-c if anchor_power == 1.0
+              else tf.pow(tf.maximum(1.0 - c, 0.0), anchor_power))
     return (tf.reduce_sum(tf.abs(c) * pushed) / (256.0 - na)
-            - 0.9 * tf.reduce_sum(c * anchors) / na)
+            + 0.9 * tf.reduce_sum(pulled * anchors) / na)
 
   def gradient(fn, z):
     z = tf.convert_to_tensor(z)
@@ -255,8 +259,8 @@ def test_discriminative_loss_gradient_matches_dense_masks(rng, graph):
     return loss, tape.gradient(loss, z)
 
   got = _run(lambda z: gradient(lambda v: losses.discriminative_loss(
-      z=v, anchors=tf.constant(a), alpha=0.1, ignore=tf.constant(ignore)),
-                                 z), graph, z=z)
+      z=v, anchors=tf.constant(a), alpha=0.1, ignore=tf.constant(ignore),
+      anchor_power=anchor_power), z), graph, z=z)
   want = gradient(dense, z)
   np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-5)
   np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), atol=1e-6)
