@@ -80,6 +80,8 @@ def main(argv):
            f"{result['peak_rss_bytes'] / 2**30:.2f} GiB")]
   key = (f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
          f"/anchors{config.anchor_fraction:g}")
+  if config.anchor_power != 1.0:  # eq. 5's L_d when the key has no power
+    key += f"/anchor_power{config.anchor_power:g}"
   references = (checkpoints.read_json(FLAGS.reference)
                 if os.path.exists(FLAGS.reference) else {})
   if FLAGS.write_reference:

@@ -31,7 +31,8 @@ def _objective(model, x, config):
   z, x_hat = model(x, training=False)
   total, _, _ = losses.pretrain_loss(
       x=tf.constant(x), z=z, x_hat=x_hat, anchors=anchors,
-      alpha=config.alpha, lambda_r=config.lambda_r)
+      alpha=config.alpha, lambda_r=config.lambda_r,
+      power=config.nonanchor_power, anchor_power=config.anchor_power)
   return float(total)
 
 
@@ -39,6 +40,16 @@ def test_parameter_count_is_about_paper_size():
   model = train.build_model(configs.MNIST, (28, 28, 1))
   assert model.latent_dim == 60
   assert 2_800 <= model.autoencoder_params <= 3_600
+
+
+def test_anchor_pull_of_the_presets_reaches_the_model():
+  # MNIST's (1 − C)² anchor pull (ours); COIL and own images keep eq. 5's.
+  assert train.build_model(configs.MNIST, (28, 28, 1)).anchor_power == 2.0
+  assert train.build_model(configs.COIL20, (32, 32, 1)).anchor_power == 1.0
+  assert configs.COIL100.anchor_power == 1.0
+  assert configs.get_preset("folder:x").anchor_power == 1.0
+  assert configs.for_images((32, 32, 3), num_clusters=3,
+                            num_examples=100).anchor_power == 1.0
 
 
 def test_pretrain_steps_lower_the_loss(make_blobs):
