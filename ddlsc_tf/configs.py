@@ -388,9 +388,10 @@ MNIST = Config(
     # lower (RESULTS.md, MNIST, "Session 46"); from those models, finals
     # 0.978 +- 0.002 over the six seeds against eq. 5's 0.961 +- 0.034
     # (seed 5 0.978 instead of 0.885; "Session 47"). On L_d's sparse path
-    # (session 47, as cheap per step as eq. 5's), the six seeds again:
-    # 0.914 +- 0.012, seeds 0, 1 and 5 at 0.92 by epochs 50, 30 and 25
-    # ("Session 47"). COIL-20 pre-training with it scored lower (COIL20).
+    # (session 47; about 5% more per step than eq. 5, the dense masks 35%),
+    # the six seeds again: 0.914 +- 0.012, seeds 0, 1 and 5 at 0.92 by
+    # epochs 50, 30 and 25 ("Session 47"). COIL-20 pre-training scored
+    # lower with it (see COIL20).
     anchor_power=2.0,
     lambda_r=1e-3,        # lambda = 0.001 (section 4.2).
     # Per image (losses.reconstruction_loss). The per-pixel reading, 1e-3 /
