@@ -388,7 +388,7 @@ MNIST = Config(
     # lower (RESULTS.md, MNIST, "Session 46"); from those models, finals
     # 0.978 +- 0.002 over the six seeds against eq. 5's 0.961 +- 0.034
     # (seed 5 0.978 instead of 0.885; "Session 47"). On L_d's sparse path
-    # (session 47; about 5% more per step than eq. 5, the dense masks 35%),
+    # (session 47; an epoch 9.6-9.7 s against eq. 5's 9.3 s, alone),
     # the six seeds again: 0.914 +- 0.012, seeds 0, 1 and 5 at 0.92 by
     # epochs 50, 30 and 25 ("Session 47"). COIL-20 pre-training scored
     # lower with it (see COIL20).
