@@ -386,13 +386,16 @@ def discriminative_loss(*, z, anchors, alpha, ignore=None, power=1.0,
         tf.logical_or(tf.cast(anchors, tf.bool),
                       tf.eye(tf.shape(z)[0], dtype=tf.bool))))
     non_anchor -= tf.reduce_sum(tf.abs(_pair_cosines(z, left_out)))
-  if anchor_power == 1.0:
-    pulled = -tf.reduce_sum(anchor)  # eq. 5's −Σ_A C_ij
-  else:
-    pulled = tf.reduce_sum(tf.pow(tf.maximum(1.0 - anchor, 0.0),
-                                  anchor_power))
+  pulled = tf.reduce_sum(_anchor_pull(anchor, anchor_power))
   return (non_anchor / (batch * batch - num_anchors)
           + (1.0 - alpha) * pulled / tf.maximum(num_anchors, 1.0))
+
+
+def _anchor_pull(cosines, anchor_power):
+  """Each anchor pair's term of L_d: eq. 5's −C_ij, or (1 − C_ij)^q."""
+  if anchor_power == 1.0:
+    return -cosines
+  return tf.pow(tf.maximum(1.0 - cosines, 0.0), anchor_power)
 
 
 def _discriminative_loss_power(*, z, anchors, alpha, ignore, power,
@@ -415,13 +418,11 @@ def _discriminative_loss_power(*, z, anchors, alpha, ignore, power,
   non_anchor = tf.reduce_sum(tf.where(off, pushed, tf.zeros_like(c)))
   num_anchors = tf.reduce_sum(tf.cast(a, z.dtype))
   batch = tf.cast(b, z.dtype)
-  # Eq. 5's −Σ_A C_ij, or Σ_A (1 − C_ij)^q written as −Σ_A −(1 − C_ij)^q
-  # (negation is exact, so this equals the sum as the option first ran it).
-  pulled = c if anchor_power == 1.0 else -tf.pow(tf.maximum(1.0 - c, 0.0),
-                                                 anchor_power)
-  anchor = tf.reduce_sum(tf.where(a, pulled, tf.zeros_like(c)))
+  # Negation is exact, so the sum's sign does not change its round-off.
+  pulled = tf.reduce_sum(tf.where(a, _anchor_pull(c, anchor_power),
+                                  tf.zeros_like(c)))
   return (non_anchor / (batch * batch - num_anchors)
-          - (1.0 - alpha) * anchor / tf.maximum(num_anchors, 1.0))
+          + (1.0 - alpha) * pulled / tf.maximum(num_anchors, 1.0))
 
 
 def _pair_cosines(z, mask):
