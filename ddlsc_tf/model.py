@@ -45,6 +45,35 @@ def _batch_norm_moments(encoder, decoder):
   return moments
 
 
+def _copies_mean(encoder, affine, copies):
+  """fn(x, seed, offset) → [B, d]: the mean of the unit latent of each image
+  of x and of `copies` random affine copies of it, in inference mode.
+
+  Copy c of the batch that starts at image `offset` (int32, a tensor so one
+  trace serves every batch) uses the stateless seed
+  fold_in(fold_in(seed, c), offset): every call draws the same copies. One
+  graph per (encoder, copies): the eager loop it replaces took twice as
+  long (MNIST, 70k images, 16 copies), and agrees with it to round-off.
+  Each copy waits for the sum so far: left to run side by side in the
+  graph, the copies' encoder passes gave sums that differed from call to
+  call in the last bit, which can move a k-means assignment and break
+  "same seed, same result.json".
+  """
+  @tf.function(reduce_retracing=True)
+  def mean(x, seed, offset):
+    total = losses.normalize_rows(encoder(x, training=False))
+    for c in range(copies):
+      copy_seed = tf.random.experimental.stateless_fold_in(
+          tf.random.experimental.stateless_fold_in(seed, c), offset)
+      with tf.control_dependencies([total]):
+        copy = augment_lib.random_affine(tf.identity(x), affine=affine,
+                                         seed=copy_seed)
+      total += losses.normalize_rows(encoder(copy, training=False))
+    return total / (copies + 1)
+
+  return mean
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class DDLSC(keras.Model):
   """Discriminative auto-encoder for clustering.
@@ -272,19 +301,16 @@ class DDLSC(keras.Model):
       return np.concatenate([
           self.encoder.predict_on_batch(images[i:i + batch_size])
           for i in range(0, n, batch_size)])
-    rows = []
-    for i in range(0, n, batch_size):
-      x = tf.convert_to_tensor(images[i:i + batch_size], tf.float32)
-      total = losses.normalize_rows(self.encoder(x, training=False))
-      for c in range(copies):
-        copy_seed = tf.random.experimental.stateless_fold_in(
-            tf.random.experimental.stateless_fold_in(
-                tf.constant([int(seed), 0], tf.int64), c), i)
-        copy = augment_lib.random_affine(x, affine=self.affine,
-                                         seed=copy_seed)
-        total += losses.normalize_rows(self.encoder(copy, training=False))
-      rows.append((total / (copies + 1)).numpy())
-    return np.concatenate(rows)
+    key = (copies, self.affine)
+    if getattr(self, "_copies_mean_for", None) != key:
+      self._copies_mean = _copies_mean(self.encoder, self.affine, copies)
+      self._copies_mean_for = key
+    seed = tf.constant([int(seed), 0], tf.int64)
+    return np.concatenate([
+        self._copies_mean(
+            tf.convert_to_tensor(images[i:i + batch_size], tf.float32), seed,
+            tf.constant(i, tf.int32)).numpy()
+        for i in range(0, n, batch_size)])
 
   def recalibrate_batch_norm(self, images, *, batch_size, seed=0):
     """Sets every batch norm's moving statistics to their values over

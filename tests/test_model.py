@@ -111,6 +111,21 @@ def test_embed_averages_unit_latents_over_the_same_copies_each_call(
       averaged, model.embed(x, batch_size=16, copies=3, seed=1))
   assert not np.allclose(averaged,
                          model.embed(x, batch_size=16, copies=3, seed=2))
+  # The graph computes, batch by batch, this eager mean: copy c of the
+  # batch at offset i drawn with fold_in(fold_in([seed, 0], c), i).
+  expected = []
+  for i in range(0, len(x), 16):
+    batch = tf.constant(x[i:i + 16])
+    total = losses.normalize_rows(model.encoder(batch, training=False))
+    for c in range(3):
+      seed = tf.random.experimental.stateless_fold_in(
+          tf.random.experimental.stateless_fold_in(
+              tf.constant([1, 0], tf.int64), c), i)
+      copy = augment_lib.random_affine(batch, affine=model.affine, seed=seed)
+      total += losses.normalize_rows(model.encoder(copy, training=False))
+    expected.append((total / 4).numpy())
+  np.testing.assert_allclose(averaged, np.concatenate(expected),
+                             rtol=1e-5, atol=1e-6)
   # Unchanged copies average to the image's own unit latent.
   model.affine = augment_lib.Affine(0.0, 0.0, 0.0, 0.0)
   np.testing.assert_allclose(
