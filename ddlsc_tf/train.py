@@ -125,12 +125,19 @@ def recalibrate(model, images, config):
                                  seed=config.seed)
 
 
-def embed(model, images, config):
-  """The latent z of every image, [N, d] NumPy, recalibrated first when
-  the config asks for it, averaged over `embed_copies` affine copies when
-  it sets them (`DDLSC.embed`)."""
+def embed_copies(config, phase):
+  """How many copies `phase`'s embeddings average (0: z = f(x))."""
+  return config.embed_copies if phase in config.embed_copies_phases else 0
+
+
+def embed(model, images, config, *, phase):
+  """The latent z of every image, [N, d] NumPy, as `phase` (a name of
+  `configs.Config.phases`) embeds: recalibrated first when the config asks
+  for it, averaged over `embed_copies` affine copies when it sets them for
+  the phase (`DDLSC.embed`)."""
   recalibrate(model, images, config)
-  return model.embed(images, copies=config.embed_copies, seed=config.seed)
+  return model.embed(images, copies=embed_copies(config, phase),
+                     seed=config.seed)
 
 
 def kmeans(z, config):
@@ -142,15 +149,23 @@ def kmeans(z, config):
 
 
 def evaluate(model, images, labels, config):
-  """k-means on the normalised latent of every image → ACC/NMI/ARI.
+  """Pre-training's evaluation: k-means on the normalised latent of every
+  image (as pre-training embeds) → {"acc", "nmi", "ari"}; when that
+  latent averages copies, also the plain latent's scores as "plain_acc",
+  "plain_nmi", "plain_ari".
 
   Returns {} when there are no labels (own images): nothing to score.
   """
   if labels is None:
     return {}
-  z = embed(model, images, config)
+  z = embed(model, images, config, phase="pretrain")
   assignments, _ = kmeans(z, config)
-  return metrics.clustering_scores(labels, assignments)
+  scores = metrics.clustering_scores(labels, assignments)
+  if embed_copies(config, "pretrain"):
+    plain, _ = kmeans(model.embed(images), config)
+    scores.update({f"plain_{k}": v for k, v in
+                   metrics.clustering_scores(labels, plain).items()})
+  return scores
 
 
 class LossPlateauStop(keras.callbacks.Callback):
@@ -207,9 +222,12 @@ class EvaluationCallback(keras.callbacks.Callback):
     scores = evaluate(self.model, self.images, self.labels, self.config)
     self.history.append({"epoch": done, "seconds": round(seconds, 2),
                          **scores})
-    logging.info("%s epoch %d: acc=%.4f nmi=%.4f ari=%.4f (%.0f s)",
+    plain = ("" if "plain_acc" not in scores else
+             " (plain latent: acc=%.4f nmi=%.4f ari=%.4f)" % tuple(
+                 scores[f"plain_{k}"] for k in ("acc", "nmi", "ari")))
+    logging.info("%s epoch %d: acc=%.4f nmi=%.4f ari=%.4f%s (%.0f s)",
                  self.phase, done, scores["acc"], scores["nmi"],
-                 scores["ari"], seconds)
+                 scores["ari"], plain, seconds)
     if logs is not None:
       logs.update({f"eval/{k}": v for k, v in scores.items()})
 
@@ -226,10 +244,13 @@ class _EpochEnd(keras.callbacks.Callback):
 
 
 def _phase_result(history, epochs, seconds):
-  """acc/nmi/ari of the phase's last evaluation (None without labels)."""
+  """acc/nmi/ari of the phase's last evaluation (None without labels),
+  and its plain_acc/nmi/ari where it has them (see `evaluate`)."""
   final = history[-1] if history else {}
+  plain = {k: final[k] for k in ("plain_acc", "plain_nmi", "plain_ari")
+           if k in final}
   return {"epochs": epochs, "seconds": round(seconds, 2),
-          **{k: final.get(k) for k in ("acc", "nmi", "ari")},
+          **{k: final.get(k) for k in ("acc", "nmi", "ari")}, **plain,
           "history": history}
 
 
@@ -238,7 +259,7 @@ def init_centroids(model, images, config, z=None):
   (`z` when the caller has it): spherical k-means (the paper) or spectral
   clustering (`cluster_init`). Sets the model's centroids and returns the
   partition, [N] int."""
-  z = embed(model, images, config) if z is None else z
+  z = embed(model, images, config, phase="cluster1") if z is None else z
   if config.cluster_init == "spectral":
     assignments, centroids = metrics.spectral_on_sphere(
         z, num_clusters=config.num_clusters,
@@ -351,7 +372,7 @@ def _cluster_stage(model, images, labels, config, run, phase,
       if phase == "cluster1":
         model.lambda_d.assign(_lambda_d(config, iteration, iterations))
       if not pending:
-        z = embed(model, images, config)
+        z = embed(model, images, config, phase=phase)
         balance = _balanced(config, phase, iteration)
         if balance:
           start_partition = None  # equal sizes replace a new partition
@@ -418,8 +439,8 @@ def _cluster_stage(model, images, labels, config, run, phase,
     # (nearest centroid), as for every other phase.
     key = ("balanced_partition" if balanced else
            "held_partition" if hold or refresh else "voted_partition")
-    predicted = losses.assign_clusters(embed(model, images, config),
-                                       model.centroids).numpy()
+    predicted = losses.assign_clusters(
+        embed(model, images, config, phase=phase), model.centroids).numpy()
     result[key] = {k: result[k] for k in ("acc", "nmi", "ari")}
     result.update(metrics.clustering_scores(labels, predicted))
     logging.info("%s: the %s scored %s; nearest centroid %s", phase,
@@ -478,7 +499,7 @@ def _pictures(model, images, labels, config, workdir, phase, phase_result):
   if config.tsne_points == 0:
     return
   from ddlsc_tf import plots  # pylint: disable=import-outside-toplevel
-  z = embed(model, images, config)
+  z = embed(model, images, config, phase=phase)
   if phase == "pretrain" or not _centroids_initialised(model):
     assignments, _ = kmeans(z, config)
   else:
@@ -808,8 +829,9 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
 
   if not _centroids_initialised(model):
     # Pre-training only: the exported model's centroids come from the
-    # config's start (k-means: the ones its evaluation scored, same seed;
-    # spectral: the spectral clusters' means).
+    # config's start (k-means: the ones its evaluation scored, same seed,
+    # where the two phases embed alike; spectral: the spectral clusters'
+    # means).
     init_centroids(model, images, config)
   checkpoints.save_model_atomic(model, os.path.join(workdir, "model.keras"))
   checkpoints.export_atomic(model, os.path.join(workdir, "export"))
@@ -861,7 +883,7 @@ def evaluate_saved(model_path, *, changes=None, data_dir=None,
   scores = evaluate(model, data.as_tensor(images), labels, config)
   return {"model": model_path, "dataset": config.dataset,
           "seed": config.seed, "num_examples": int(len(images)),
-          "embed_copies": config.embed_copies, **scores,
+          "embed_copies": embed_copies(config, "pretrain"), **scores,
           "seconds": round(time.time() - start, 2)}
 
 

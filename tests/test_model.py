@@ -139,6 +139,30 @@ def test_embed_averages_unit_latents_over_the_same_copies_each_call(
     model.embed(x, copies=1)
 
 
+def test_each_phase_embeds_as_embed_copies_phases_says(make_blobs):
+  x, labels = make_blobs()
+  model, config = _model()
+  config = config.replace(embed_copies=2, embed_copies_phases=("pretrain",))
+  plain = model.embed(x)
+  averaged = model.embed(x, copies=2, seed=config.seed)
+  np.testing.assert_array_equal(
+      train.embed(model, x, config, phase="pretrain"), averaged)
+  for phase in ("cluster1", "cluster2"):
+    np.testing.assert_array_equal(
+        train.embed(model, x, config, phase=phase), plain)
+  # Pre-training's evaluation scores the averaged latent and, beside it,
+  # the plain one: the scores an evaluation without copies gives.
+  scores = train.evaluate(model, x, labels, config)
+  without = train.evaluate(model, x, labels, config.replace(embed_copies=0))
+  assert set(without) == {"acc", "nmi", "ari"}
+  for k in ("acc", "nmi", "ari"):
+    assert scores[f"plain_{k}"] == without[k]
+  assert train.evaluate(model, x, labels, config.replace(
+      embed_copies_phases=("cluster1",))) == without
+  with pytest.raises(ValueError, match="embed_copies_phases \\['stage1'\\]"):
+    config.replace(embed_copies_phases=("stage1",))
+
+
 def test_config_needs_augment_for_embed_copies():
   with pytest.raises(ValueError, match="embed_copies=4 needs augment"):
     configs.MNIST.replace(augment=(), embed_copies=4)
@@ -151,8 +175,11 @@ def test_a_saved_config_reads_back_as_the_same_config():
     saved = json.loads(json.dumps(preset.to_dict()))
     assert configs.from_saved(saved) == preset
   saved = json.loads(json.dumps(configs.MNIST.to_dict()))
-  del saved["embed_copies"]  # a run saved before the field
-  assert configs.from_saved(saved) == configs.MNIST
+  del saved["embed_copies"], saved["embed_copies_phases"]  # saved before
+  # the fields: it embedded the plain latent, the defaults, not the preset.
+  defaults = configs.field_defaults()
+  assert configs.from_saved(saved) == configs.MNIST.replace(
+      embed_copies=0, embed_copies_phases=defaults["embed_copies_phases"])
   with pytest.raises(ValueError, match="unknown fields \\['colour'\\]"):
     configs.from_saved({**saved, "colour": 1})
 

@@ -211,6 +211,8 @@ def test_evaluate_scores_a_saved_model_as_its_run_did(smoke, tmp_path,
   copied = json.loads(out.read_text())
   assert copied["embed_copies"] == 2
   _check_scores(copied)
+  assert [copied[f"plain_{k}"] for k in ("acc", "nmi", "ari")] == [
+      scores[k] for k in ("acc", "nmi", "ari")]
   assert json.loads((workdir / "config.json").read_text())[
       "embed_copies"] == 0
 
