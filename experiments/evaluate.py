@@ -2,7 +2,7 @@ r"""Scores a saved model as pre-training's evaluation does (k-means on the
 normalised latent of its run's dataset; labels to score only):
 
   python -m experiments.evaluate --model=DIR/pretrain.keras \
-      --manual_dir=../shared/data/mnist [--embed_copies=16] [--out=JSON]
+      --manual_dir=../shared/data/mnist [--embed_copies=N] [--out=JSON]
 
 The run's DIR/config.json gives the dataset and the evaluation's settings;
 any Config field given as a flag changes it for this evaluation only.
