@@ -130,12 +130,13 @@ class Config:
   # from the batch statistics training uses (RESULTS.md, COIL, "Session 7").
   # Off by default, as runs saved before the field behaved.
   recalibrate_batch_norm: bool = False
-  # Ours: every embedding of the training driver (evaluation, the
-  # clustering start and assignments, votes, pictures) averages an image's
-  # unit latent with those of this many random copies under `augment`'s
-  # maps (DDLSC.embed), the variants the copies' anchors pull together.
-  # Costs (1 + embed_copies) encoder passes per embedding. 0: z = f(x), as
-  # the paper. Needs `augment`. The exported encoder gives the plain latent.
+  # Ours: the training driver's embeddings in `embed_copies_phases`
+  # (evaluations, the clustering start and assignments, votes, pictures)
+  # average an image's unit latent with those of this many random copies
+  # under `augment`'s maps (DDLSC.embed), the variants the copies' anchors
+  # pull together. Costs (1 + embed_copies) encoder passes per embedding.
+  # 0: z = f(x), as the paper. Needs `augment`. The exported encoder gives
+  # the plain latent.
   embed_copies: int = 0
   # Ours: the phases whose embeddings average the copies: "pretrain" (its
   # evaluations), "cluster1" (the clustering start, Algorithm 2's
