@@ -26,6 +26,20 @@ CONTINUOUS_MAP = "turbo"
 ANNOTATE_MAX_K = 20
 
 
+def matplotlib_available():
+  """Whether matplotlib, the optional `plots` extra, can be imported.
+
+  A run checks this before a phase's pictures, whose embedding, k-means
+  and t-SNE take about a minute on MNIST before the first figure would
+  fail for want of matplotlib.
+  """
+  try:
+    import matplotlib  # pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:
+    return False
+  return True
+
+
 def _new_figure(figsize):
   """A matplotlib Figure on an Agg canvas (no pyplot, no global backend)."""
   try:

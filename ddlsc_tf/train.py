@@ -499,6 +499,14 @@ def _pictures(model, images, labels, config, workdir, phase, phase_result):
   if config.tsne_points == 0:
     return
   from ddlsc_tf import plots  # pylint: disable=import-outside-toplevel
+  if not plots.matplotlib_available():
+    # Before the embedding, k-means and t-SNE: they took 1-2 minutes per
+    # MNIST phase for figures that could not be drawn (RESULTS.md, MNIST,
+    # "Session 49").
+    logging.warning("no pictures for %s: ddlsc_tf.plots needs matplotlib: "
+                    "pip install ddlsc_tf[plots] (--tsne_points=0 turns the "
+                    "pictures off)", phase)
+    return
   z = embed(model, images, config, phase=phase)
   if phase == "pretrain" or not _centroids_initialised(model):
     assignments, _ = kmeans(z, config)

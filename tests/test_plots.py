@@ -133,3 +133,9 @@ def test_missing_matplotlib_says_how_to_install_it(monkeypatch):
   monkeypatch.setitem(sys.modules, "matplotlib", None)
   with pytest.raises(ImportError, match=r"pip install ddlsc_tf\[plots\]"):
     plots.confusion_figure([0, 1], [1, 0], title="t")
+
+
+def test_matplotlib_available_follows_the_import(monkeypatch):
+  assert plots.matplotlib_available()
+  monkeypatch.setitem(sys.modules, "matplotlib", None)
+  assert not plots.matplotlib_available()

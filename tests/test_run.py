@@ -226,3 +226,25 @@ def test_evaluate_needs_the_runs_config_beside_the_model(smoke, tmp_path):
     train.evaluate_saved(str(lone))
   with pytest.raises(FileNotFoundError, match="no model at"):
     train.evaluate_saved(str(workdir / "missing.keras"))
+
+
+def test_pictures_without_matplotlib_skip_before_embedding(monkeypatch,
+                                                            tmp_path):
+  from absl import logging
+  from ddlsc_tf import configs, plots, train
+
+  def fail(*args, **kwargs):
+    raise AssertionError("embedded for pictures that cannot be drawn")
+
+  warnings = []
+  monkeypatch.setattr(plots, "matplotlib_available", lambda: False)
+  monkeypatch.setattr(train, "embed", fail)
+  monkeypatch.setattr(logging, "warning",
+                      lambda msg, *args: warnings.append(msg % args))
+  config = configs.TINY.replace(tsne_points=100)
+  train._pictures(None, None, None, config, str(tmp_path), "pretrain",
+                  {"epochs": 1})
+  assert len(warnings) == 1
+  assert "pip install ddlsc_tf[plots]" in warnings[0]
+  assert "pretrain" in warnings[0]
+  assert not list(tmp_path.iterdir())
