@@ -30,8 +30,8 @@ def matplotlib_available():
   """Whether matplotlib, the optional `plots` extra, can be imported.
 
   A run checks this before a phase's pictures, whose embedding, k-means
-  and t-SNE take about a minute on MNIST before the first figure would
-  fail for want of matplotlib.
+  and t-SNE take one to two minutes per phase on MNIST before the first
+  figure would fail for want of matplotlib.
   """
   try:
     import matplotlib  # pylint: disable=import-outside-toplevel,unused-import
