@@ -25,6 +25,10 @@ QUALITATIVE_MAPS = ((10, "tab10"), (20, "tab20"))
 CONTINUOUS_MAP = "turbo"
 ANNOTATE_MAX_K = 20
 
+# What a figure raises, and a run warns, without the optional matplotlib.
+MISSING_MATPLOTLIB = ("ddlsc_tf.plots needs matplotlib: "
+                      "pip install ddlsc_tf[plots]")
+
 
 def matplotlib_available():
   """Whether matplotlib, the optional `plots` extra, can be imported.
@@ -46,9 +50,7 @@ def _new_figure(figsize):
     from matplotlib import figure as mpl_figure
     from matplotlib.backends import backend_agg
   except ImportError as e:
-    raise ImportError(
-        "ddlsc_tf.plots needs matplotlib: pip install ddlsc_tf[plots]"
-    ) from e
+    raise ImportError(MISSING_MATPLOTLIB) from e
   fig = mpl_figure.Figure(figsize=figsize, layout="constrained")
   backend_agg.FigureCanvasAgg(fig)
   return fig

@@ -503,9 +503,8 @@ def _pictures(model, images, labels, config, workdir, phase, phase_result):
     # Before the embedding, k-means and t-SNE: they took 1-2 minutes per
     # MNIST phase for figures that could not be drawn (RESULTS.md, MNIST,
     # "Session 49").
-    logging.warning("no pictures for %s: ddlsc_tf.plots needs matplotlib: "
-                    "pip install ddlsc_tf[plots] (--tsne_points=0 turns the "
-                    "pictures off)", phase)
+    logging.warning("no pictures for %s: %s (--tsne_points=0 turns the "
+                    "pictures off)", phase, plots.MISSING_MATPLOTLIB)
     return
   z = embed(model, images, config, phase=phase)
   if phase == "pretrain" or not _centroids_initialised(model):
