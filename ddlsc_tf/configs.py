@@ -41,6 +41,15 @@ class Config:
   # hops measured and not kept: COIL-20 final 0.813 -> 0.807, MNIST
   # pre-training 0.915 -> 0.910 (RESULTS.md, "Session 16").
   anchor_hops: int = 1
+  # Ours: pre-training's anchors also join every two images of a batch in
+  # one group of data.anchor_groups: single linkage over the dataset's
+  # mutual pairs of the knn_k-NN table (the neighbour-grouped batches'
+  # table: raw cosine by default), no group above ceil(N / K) images, the
+  # size of a cluster when the classes have equal size. Where each class is
+  # a chain of views (COIL's pose circles) the per-batch kNN anchors join
+  # only neighbouring views; a group spans the chain. False: the paper's
+  # per-batch kNN anchors.
+  anchor_groups: bool = False
   # Ours: L_d's first sum takes |C_ij|^p of a non-anchor pair's cosine
   # (losses.discriminative_loss(power=p)), in pre-training and stage I;
   # 1: |C_ij| as eq. 5. p > 1 pushes near pairs of different images harder

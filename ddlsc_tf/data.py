@@ -295,6 +295,68 @@ def neighbour_table(images, *, k, features="raw", chunk=250, shift=0,
   return np.concatenate(table).astype(np.int32)
 
 
+def anchor_groups(neighbours, *, max_size):
+  """Groups of images joined by chains of mutual nearest neighbours, none
+  larger than `max_size` (ours; see `configs.Config.anchor_groups`).
+
+  Single linkage over the mutual pairs of a neighbour table: i and j are a
+  mutual pair when each is in the other's row. Pairs are taken strongest
+  first, by the larger of their two ranks (then the smaller, then the
+  indices), and each joins its two groups unless the union would hold more
+  than `max_size` images. A pose circle of COIL, or any chain of views
+  each the nearest of the next, ends in one group, while a bridge between
+  two such chains comes late and finds them full.
+
+  Args:
+    neighbours: [N, k] int table, row i i's neighbours most similar first
+      (`neighbour_table`).
+    max_size: int >= 1, the most images a group may hold.
+
+  Returns:
+    [N] int32 group ids in [0, G), numbered by their first image.
+  """
+  neighbours = np.asarray(neighbours, np.int64)
+  n, k = neighbours.shape
+  if max_size < 1:
+    raise ValueError(f"max_size must be >= 1, got {max_size}.")
+  rows = np.repeat(np.arange(n), k)
+  cols = neighbours.ravel()
+  ranks = np.tile(np.arange(k), n)
+  keys = rows * n + cols
+  order = np.argsort(keys, kind="stable")
+  # The rank of i in j's row, for each (i -> j) entry whose reverse exists.
+  reverse = cols * n + rows
+  at = np.minimum(np.searchsorted(keys[order], reverse), len(keys) - 1)
+  mutual = (keys[order][at] == reverse) & (rows < cols)
+  first, second = rows[mutual], cols[mutual]
+  back = ranks[order][at][mutual]
+  worse = np.maximum(ranks[mutual], back)
+  better = np.minimum(ranks[mutual], back)
+  parent = np.arange(n)
+  size = np.ones(n, np.int64)
+
+  def root(a):
+    while parent[a] != a:
+      parent[a] = parent[parent[a]]
+      a = parent[a]
+    return a
+
+  for e in np.lexsort((second, first, better, worse)):
+    a, b = root(first[e]), root(second[e])
+    if a != b and size[a] + size[b] <= max_size:
+      if size[a] < size[b]:
+        a, b = b, a
+      parent[b] = a
+      size[a] += size[b]
+  roots = np.array([root(a) for a in range(n)])
+  _, first_image, ids = np.unique(roots, return_index=True,
+                                  return_inverse=True)
+  # Renumber so a group's id follows its first image's position.
+  rank_of = np.empty(len(first_image), np.int64)
+  rank_of[np.argsort(first_image)] = np.arange(len(first_image))
+  return rank_of[ids].astype(np.int32)
+
+
 def shifted_cosines(images, candidates, *, start, shift):
   """Translation-tolerant cosine of images to their candidate neighbours.
 
@@ -362,7 +424,7 @@ def _neighbour_batches(order, neighbours, *, steps, batch_size, per_seed,
 
 
 def train_dataset(images, labels, *, batch_size, seed, assignments=None,
-                  first_epoch=0, epochs=1, neighbours=None,
+                  groups=None, first_epoch=0, epochs=1, neighbours=None,
                   neighbours_per_seed=0):
   """Full shuffled batches for epochs [first_epoch, epochs), in one stream.
 
@@ -389,6 +451,8 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     batch_size: |B|; must not exceed N.
     seed: int, shuffle seed.
     assignments: optional [N] int32 cluster ids (clustering phase).
+    groups: optional [N] int32 anchor groups (`anchor_groups`; pre-training
+      only, not with assignments).
     first_epoch, epochs: the epochs to cover (as Keras' initial_epoch and
       epochs).
     neighbours: [N, k] int neighbour table (`neighbour_table`), needed when
@@ -397,8 +461,9 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
 
   Returns:
     (dataset, steps_per_epoch): a tf.data.Dataset of (images [B, H, W, C],
-    labels [B]) or, with assignments, (images, labels, assignments [B]),
-    and the number of batches per epoch for `fit(steps_per_epoch=...)`.
+    labels [B]) or, with assignments or groups, (images, labels,
+    assignments or groups [B]), and the number of batches per epoch for
+    `fit(steps_per_epoch=...)`.
   """
   n = len(images)
   if batch_size > n:
@@ -408,6 +473,9 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     raise ValueError(
         f"need 0 <= first_epoch < epochs, got {first_epoch} and {epochs}.")
   steps = n // batch_size
+  if assignments is not None and groups is not None:
+    raise ValueError("train_dataset carries assignments (the clustering "
+                     "stages) or anchor groups (pre-training), not both.")
   if neighbours_per_seed:
     if neighbours is None or len(neighbours) != n:
       raise ValueError(
@@ -428,6 +496,10 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
   tensors = [as_tensor(images), as_tensor(labels)]
   if assignments is not None:
     tensors.append(as_tensor(assignments, tf.int32))
+  if groups is not None:
+    if len(groups) != n:
+      raise ValueError(f"groups has {len(groups)} entries for {n} images.")
+    tensors.append(as_tensor(groups, tf.int32))
 
   def epoch_batches(epoch):
     epoch_seed = tf.stack([tf.constant(seed, tf.int64), epoch])

@@ -282,6 +282,24 @@ def extend_anchors(anchors, *, hops):
   return tf.logical_and(reach > 0, tf.logical_not(eye))
 
 
+def group_anchors(anchors, groups):
+  """`anchors` with every pair of one anchor group added (ours).
+
+  Args:
+    anchors: [B, B] bool anchor mask (symmetric, no diagonal).
+    groups: [B] int, each image's group (`data.anchor_groups`).
+
+  Returns:
+    [B, B] bool, symmetric, False on the diagonal: anchors or same group.
+  """
+  _check_rank("anchors", anchors, 2)
+  _check_rank("groups", groups, 1)
+  same = tf.equal(groups[:, None], groups[None, :])
+  eye = tf.eye(tf.shape(groups)[0], dtype=tf.bool)
+  return tf.logical_or(tf.cast(anchors, tf.bool),
+                       tf.logical_and(same, tf.logical_not(eye)))
+
+
 def with_copy_anchors(anchors, index=None, *, share=False):
   """The anchor mask of a batch followed by augmented copies of its images.
 

@@ -78,8 +78,11 @@ def _copies_mean(encoder, affine, copies):
 class DDLSC(keras.Model):
   """Discriminative auto-encoder for clustering.
 
-  Batches for `fit` are (images, labels) in pre-training and (images, labels,
-  assignments) in the clustering stages; labels are never used by a step.
+  Batches for `fit` are (images, labels) or (images, labels, anchor groups)
+  in pre-training and (images, labels, assignments) in the clustering
+  stages; labels are never used by a step. With anchor groups
+  (`data.anchor_groups`) every pair of a batch's images in one group is an
+  anchor too (ours).
 
   Args:
     input_shape: (H, W, C) of the images.
@@ -406,13 +409,16 @@ class DDLSC(keras.Model):
     archive.write_out(filepath, verbose=bool(verbose))
     return None
 
-  def _anchors(self, x):
-    """Anchor mask and the pairs L_d leaves out (None: eq. 5 as written)."""
+  def _anchors(self, x, groups=None):
+    """Anchor mask and the pairs L_d leaves out (None: eq. 5 as written);
+    with `groups` [B], same-group pairs are anchors too."""
     anchors, graph = losses.anchor_mask(
         losses.knn_features(x, features=self.knn_features), k=self.knn_k,
         anchor_fraction=self.anchor_fraction,
         selection=self.anchor_selection, return_graph=True)
     anchors = losses.extend_anchors(anchors, hops=self.anchor_hops)
+    if groups is not None:
+      anchors = losses.group_anchors(anchors, groups)
     return anchors, (graph if self.knn_neutral else None)
 
   def _apply(self, tape, total, values):
@@ -485,8 +491,9 @@ class DDLSC(keras.Model):
     return z, self.decoder(z[:b], training=True), originals
 
   def _pretrain_step(self, data):
-    x = data[0] if isinstance(data, (tuple, list)) else data
-    anchors, ignore = self._anchors(x)
+    data = tuple(data) if isinstance(data, (tuple, list)) else (data,)
+    x, groups = data[0], (data[2] if len(data) > 2 else None)
+    anchors, ignore = self._anchors(x, groups)
     stacked, anchors, ignore, _ = self._with_copies(x, anchors, ignore)
     with tf.GradientTape() as tape:
       z, x_hat, target = self._forward(stacked, x)

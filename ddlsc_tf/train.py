@@ -478,7 +478,9 @@ def _pretrain(model, images, labels, config, run, resume_state=None):
     callbacks.insert(0, plateau)
   dataset, steps = run.batches(
       images, labels, config, seed=config.seed, first_epoch=s["epoch"],
-      epochs=config.pretrain_epochs)
+      epochs=config.pretrain_epochs,
+      groups=run.anchor_groups(images, config) if config.anchor_groups
+      else None)
   model.fit(dataset, steps_per_epoch=steps, initial_epoch=s["epoch"],
             epochs=config.pretrain_epochs, callbacks=callbacks,
             verbose=run.verbose)
@@ -670,6 +672,17 @@ class _Run:
                    "%.0f s", config.knn_k, shift, len(images),
                    time.time() - start)
     return self._neighbours[shift]
+
+  def anchor_groups(self, images, config):
+    """`data.anchor_groups` of the run's neighbour table, groups of at most
+    ceil(N / K) images."""
+    groups = data.anchor_groups(
+        self.neighbours(images, config),
+        max_size=-(-len(images) // config.num_clusters))
+    sizes = np.bincount(groups)
+    logging.info("%d anchor groups over %d images (largest %d, %d alone)",
+                 len(sizes), len(images), sizes.max(), (sizes == 1).sum())
+    return groups
 
   def batches(self, images, labels, config, grouped=True, **kwargs):
     """`data.train_dataset` with the config's batch size; with `grouped`

@@ -300,3 +300,70 @@ def test_train_dataset_leaves_the_batch_dimension_unknown():
   dataset, steps = data.train_dataset(x, None, batch_size=4, seed=0)
   assert dataset.element_spec[0].shape.as_list() == [None, 4, 4, 1]
   assert steps == 2 and [len(b[0]) for b in dataset] == [4, 4]
+
+
+def _anchor_groups_ref(neighbours, max_size):
+  """Plain reading: mutual pairs by (larger rank, smaller rank, i, j), a
+  merge kept while the union has at most max_size images."""
+  n, k = neighbours.shape
+  rank = {(i, int(j)): r for i in range(n) for r, j in enumerate(neighbours[i])}
+  pairs = sorted((max(r, rank[j, i]), min(r, rank[j, i]), i, j)
+                 for (i, j), r in rank.items() if i < j and (j, i) in rank)
+  group = list(range(n))
+  for *_, i, j in pairs:
+    a, b = group[i], group[j]
+    if a != b and group.count(a) + group.count(b) <= max_size:
+      group = [a if g == b else g for g in group]
+  return group
+
+
+@pytest.mark.parametrize("max_size", [1, 3, 8, 200])
+def test_anchor_groups_match_a_plain_single_linkage(max_size):
+  rng = np.random.default_rng(5)
+  x = rng.random((60, 4, 4, 1)).astype(np.float32)
+  table = data.neighbour_table(x, k=4)
+  got = data.anchor_groups(table, max_size=max_size)
+  want = _anchor_groups_ref(table, max_size)
+  assert got.dtype == np.int32 and got.shape == (60,)
+  # The same partition (ids may differ), none over the cap.
+  pairs = lambda g: {(i, j) for i in range(60) for j in range(60)
+                     if g[i] == g[j]}
+  assert pairs(got) == pairs(want)
+  assert np.bincount(got).max() <= max_size
+  # Ids number the groups by their first image: 0, 1, ... in order.
+  _, first = np.unique(got, return_index=True)
+  np.testing.assert_array_equal(got[np.sort(first)], np.arange(got.max() + 1))
+  if max_size == 1:
+    assert len(set(got)) == 60
+
+
+def test_anchor_groups_span_chains_and_stop_at_the_cap():
+  # Two chains of 6 points on separate lines, each point's nearest the
+  # next: every chain ends in one group and the chains never join; with a
+  # cap of 3 each chain is cut into groups of at most 3.
+  angles = np.concatenate([np.linspace(0.0, 0.5, 6),
+                           np.linspace(1.2, 1.7, 6)])
+  x = np.stack([np.cos(angles), np.sin(angles)], 1).reshape(12, 1, 1, 2)
+  x = (x + 2.0).astype(np.float32)  # positive, as pixels
+  table = data.neighbour_table(x, k=2)
+  groups = data.anchor_groups(table, max_size=6)
+  assert len(set(groups[:6])) == 1 and len(set(groups[6:])) == 1
+  assert groups[0] != groups[6]
+  capped = data.anchor_groups(table, max_size=3)
+  assert np.bincount(capped).max() <= 3 and len(set(capped)) >= 4
+  with pytest.raises(ValueError, match="max_size"):
+    data.anchor_groups(table, max_size=0)
+
+
+def test_train_dataset_carries_groups_with_their_images():
+  x = np.arange(20, dtype=np.float32).reshape(20, 1, 1, 1)
+  groups = np.arange(20, dtype=np.int32) // 4
+  ds, _ = data.train_dataset(x, None, batch_size=5, seed=0, groups=groups)
+  for images, _, batch_groups in ds:
+    np.testing.assert_array_equal(
+        batch_groups.numpy(), images.numpy().ravel().astype(np.int32) // 4)
+  with pytest.raises(ValueError, match="not both"):
+    data.train_dataset(x, None, batch_size=5, seed=0, groups=groups,
+                       assignments=groups)
+  with pytest.raises(ValueError, match="groups has 3 entries"):
+    data.train_dataset(x, None, batch_size=5, seed=0, groups=groups[:3])

@@ -410,3 +410,15 @@ def test_extend_anchors_matches_a_path_search(rng, graph, hops):
 def test_extend_anchors_rejects_zero_hops():
   with pytest.raises(ValueError, match="hops"):
     losses.extend_anchors(tf.zeros([3, 3], tf.bool), hops=0)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_group_anchors_add_every_same_group_pair(rng, graph):
+  x = rng.normal(size=(30, 6)).astype(np.float32)
+  anchors = losses.anchor_mask(tf.constant(x), k=3, anchor_fraction=0.3)
+  groups = rng.integers(0, 5, size=30).astype(np.int32)
+  got = _run(losses.group_anchors, graph, anchors=anchors,
+             groups=tf.constant(groups)).numpy()
+  same = (groups[:, None] == groups[None, :]) & ~np.eye(30, dtype=bool)
+  np.testing.assert_array_equal(got, anchors.numpy() | same)
+  assert not np.diag(got).any() and (got == got.T).all()

@@ -320,3 +320,32 @@ def test_the_model_extends_its_anchors_when_asked(make_blobs):
   assert type(model).from_config(model.get_config()).anchor_hops == 2
   with pytest.raises(ValueError, match="anchor_hops"):
     config.replace(anchor_hops=0)
+
+
+def test_a_pretrain_step_pulls_the_pairs_of_each_anchor_group(make_blobs):
+  x, labels = make_blobs()
+  x, labels = x[:24], labels[:24]
+  config = configs.TINY.replace(knn_k=3, augment=())
+  groups = (np.arange(24) // 6).astype(np.int32)
+  l_d = {}
+  for name, batch in (("plain", (x, labels)), ("groups", (x, labels, groups))):
+    keras.utils.set_random_seed(0)
+    model = train.build_model(config, (28, 28, 1))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    # pylint: disable=protected-access
+    anchors, _ = model._anchors(tf.constant(x), *(
+        [tf.constant(groups)] if name == "groups" else []))
+    z, _ = model(x, training=True)  # the step's forward, before its update
+    want = losses.discriminative_loss(z=z, anchors=anchors,
+                                      alpha=config.alpha,
+                                      anchor_power=config.anchor_power)
+    ds = tf.data.Dataset.from_tensors(tuple(tf.constant(t) for t in batch))
+    logs = model.fit(ds, epochs=1, verbose=0).history
+    l_d[name] = logs["pretrain/l_d"][0]
+    np.testing.assert_allclose(l_d[name], float(want), rtol=1e-5)
+  plain = losses.anchor_mask(tf.constant(x), k=3,
+                             anchor_fraction=config.anchor_fraction,
+                             selection=config.anchor_selection)
+  assert (losses.group_anchors(plain, tf.constant(groups)).numpy().sum()
+          > plain.numpy().sum())
+  assert l_d["groups"] != l_d["plain"]
