@@ -182,6 +182,9 @@ def test_coil20_preset_runs_on_the_dummy_zip(tmp_path, coil_dummy):
   config = json.loads((tmp_path / "run" / "config.json").read_text())
   assert config["pools"] == [True, True, False]
   assert config["lambda_d_start"] == 4.0 and config["lambda_r"] == 1e-3
+  # The preset's anchor groups reach pre-training (groups of <= 8 / 4).
+  assert config["anchor_groups"] is True
+  assert "anchor groups over 8 images (largest 2" in proc.stderr
   assert result["num_examples"] == 8
   assert (result["latent_dim"], result["params"]) == (150, 7_715)
 
