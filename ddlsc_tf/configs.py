@@ -576,12 +576,13 @@ COIL20 = MNIST.replace(
     decoder_filters=(17, 17),
     batch_size=500,             # |B| = 500 in both phases (section 4.3).
     # Ours: anchors also join each group of data.anchor_groups (groups of
-    # at most 72 images, an object's views; raw 10-NN table). Set before
-    # any run from the paper's reading: kNN anchors join only neighbouring
-    # poses, and given the labels (a diagnostic) anchors across each object
-    # lift pre-training to 0.894 (RESULTS.md, COIL, "Session 49"). Labels
-    # to explain only: the 21 groups put no two objects together and hold
-    # 98% of the same-object pairs (COIL, "Session 50").
+    # at most 72 images, an object's views; raw 10-NN table, the preset's
+    # knn_k). Why: kNN anchors join only neighbouring poses, and given the
+    # labels (a diagnostic) anchors across each object lift pre-training
+    # to 0.894 (RESULTS.md, COIL, "Session 49"). The labels also scored the
+    # groups before any training with them (a diagnostic, which is how
+    # this rule was found): COIL-20's 21 groups put no two objects together
+    # and hold 98% of the same-object pairs (COIL, "Session 50").
     anchor_groups=True,
     # Ours: the paper gives no epoch count for COIL. 400 epochs are 800
     # Adam steps (COIL-20 has 2 batches per epoch; MNIST's 50 epochs are

@@ -322,14 +322,16 @@ def anchor_groups(neighbours, *, max_size):
   rows = np.repeat(np.arange(n), k)
   cols = neighbours.ravel()
   ranks = np.tile(np.arange(k), n)
+  # Each entry (i -> j) looks up its reverse (j -> i) among the sorted
+  # entries: a mutual pair when it is there, with i's rank in j's row.
   keys = rows * n + cols
   order = np.argsort(keys, kind="stable")
-  # The rank of i in j's row, for each (i -> j) entry whose reverse exists.
+  sorted_keys, sorted_ranks = keys[order], ranks[order]
   reverse = cols * n + rows
-  at = np.minimum(np.searchsorted(keys[order], reverse), len(keys) - 1)
-  mutual = (keys[order][at] == reverse) & (rows < cols)
+  at = np.minimum(np.searchsorted(sorted_keys, reverse), len(keys) - 1)
+  mutual = (sorted_keys[at] == reverse) & (rows < cols)
   first, second = rows[mutual], cols[mutual]
-  back = ranks[order][at][mutual]
+  back = sorted_ranks[at][mutual]
   worse = np.maximum(ranks[mutual], back)
   better = np.minimum(ranks[mutual], back)
   parent = np.arange(n)
