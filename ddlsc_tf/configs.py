@@ -50,6 +50,13 @@ class Config:
   # only neighbouring views; a group spans the chain. False: the paper's
   # per-batch kNN anchors.
   anchor_groups: bool = False
+  # Ours: pre-training adds lambda_g times losses.between_group_loss, each
+  # anchor group's largest mean |cosine| to another group of the batch,
+  # averaged over the groups (eq. 9's worst pair, per group); needs
+  # anchor_groups. Why: L_d's push is a mean over all |B|^2 pairs, so two
+  # groups whose latents meet cost it about 2/G^2 (G groups in a batch),
+  # next to nothing when G is 100. 0: off.
+  lambda_g: float = 0.0
   # Ours: L_d's first sum takes |C_ij|^p of a non-anchor pair's cosine
   # (losses.discriminative_loss(power=p)), in pre-training and stage I;
   # 1: |C_ij| as eq. 5. p > 1 pushes near pairs of different images harder
@@ -286,7 +293,7 @@ class Config:
                     "hold_refresh",
                     "vote_rounds", "vote_latent_from", "balanced_from",
                     "cluster_tolerance", "cluster2_tolerance",
-                    "pretrain_tolerance", "lambda_r",
+                    "pretrain_tolerance", "lambda_r", "lambda_g",
                     "lambda_w", "lambda_b", "lambda_d_start", "lambda_d_end",
                     "softmax_scale", "cluster2_softmax_scale")
     for name in non_negative:
@@ -295,6 +302,9 @@ class Config:
     if not self.learning_rate > 0:
       raise ValueError(
           f"learning_rate must be > 0, got {self.learning_rate}.")
+    if self.lambda_g and not self.anchor_groups:
+      raise ValueError(f"lambda_g={self.lambda_g} needs anchor_groups (its "
+                       f"groups); set --anchor_groups or --lambda_g=0.")
     if self.tsne_points < 0 or 0 < self.tsne_points < 50:
       raise ValueError(f"tsne_points must be 0 (no pictures) or >= 50, got "
                        f"{self.tsne_points}.")

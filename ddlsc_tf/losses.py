@@ -300,6 +300,37 @@ def group_anchors(anchors, groups):
                        tf.logical_and(same, tf.logical_not(eye)))
 
 
+def between_group_loss(*, z, groups):
+  """Each group's worst pair of eq. 9, averaged over the batch's groups (ours).
+
+    L_g = 1/G Σ_g max_{h≠g} 1/(|g||h|) Σ_{i∈g, j∈h} |C_ij|
+
+  over the G anchor groups (`data.anchor_groups`) present in the batch.
+  Eq. 9's L_b takes the single worst pair of clusters; here every group is
+  pushed from its nearest other group in each step. With fewer than two
+  groups present the loss is 0.
+
+  Args:
+    z: [B, D] float latent batch.
+    groups: [B] int, each row's group (any ids; only equality matters).
+
+  Returns:
+    Scalar float in [0, 1] (to be minimised).
+  """
+  _check_rank("z", z, 2)
+  _check_rank("groups", groups, 1)
+  _, ids = tf.unique(groups)
+  num = tf.reduce_max(ids) + 1
+  c = tf.abs(cosine_similarity_matrix(z))
+  s = tf.one_hot(ids, num, dtype=c.dtype)  # [B, G]; every group present
+  sizes = tf.reduce_sum(s, axis=0)
+  pair_sums = tf.matmul(s, tf.matmul(c, s), transpose_a=True)
+  means = pair_sums / (sizes[:, None] * sizes[None, :])
+  off = tf.logical_not(tf.eye(num, dtype=tf.bool))
+  worst = tf.reduce_max(tf.where(off, means, tf.zeros_like(means)), axis=1)
+  return tf.reduce_mean(worst)
+
+
 def with_copy_anchors(anchors, index=None, *, share=False):
   """The anchor mask of a batch followed by augmented copies of its images.
 

@@ -103,6 +103,9 @@ class DDLSC(keras.Model):
       stage I alike.
     anchor_power: float >= 1, exponent q of L_d's anchor term
       (1 − C_ij)^q (1: eq. 5; ours otherwise), where nonanchor_power acts.
+    lambda_g: weight of `losses.between_group_loss` over the batch's
+      anchor groups in pre-training (ours; 0: off, as the paper; > 0 needs
+      batches with groups).
     lambda_r: weight λ of the reconstruction loss in eq. 6.
     augment: None, or the largest random (rotation in degrees, scale,
       shear, translation in pixels) of a copy of each image added to the
@@ -150,7 +153,7 @@ class DDLSC(keras.Model):
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
                anchor_hops=1, nonanchor_power=1.0, anchor_power=1.0,
-               knn_features="raw", augment=None, augment_fraction=1.0,
+               lambda_g=0.0, knn_features="raw", augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), reconstruct_copies=True,
                copies_share_anchors=False, augment_originals=False, seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
@@ -179,6 +182,9 @@ class DDLSC(keras.Model):
     self.anchor_power = float(anchor_power)
     if not self.anchor_power >= 1.0:
       raise ValueError(f"anchor_power must be >= 1, got {anchor_power}.")
+    self.lambda_g = float(lambda_g)
+    if not self.lambda_g >= 0.0:
+      raise ValueError(f"lambda_g must be >= 0, got {lambda_g}.")
     if knn_features not in losses.KNN_FEATURES:
       raise ValueError(f"unknown knn_features {knn_features!r}; expected "
                        f"one of {losses.KNN_FEATURES}.")
@@ -232,7 +238,8 @@ class DDLSC(keras.Model):
       self.centroids = self.add_weight(
           shape=(self.num_clusters, self.latent_dim), initializer="zeros",
           trainable=False, name="centroids")
-    terms = {"pretrain": ("loss", "l_d", "l_r"),
+    terms = {"pretrain": ("loss", "l_d", "l_r") + (
+                 ("l_g",) if self.lambda_g else ()),
              "cluster1": ("loss", "l_c", "l_d", "l_r"),
              "cluster2": ("loss", "l_c", "l_w", "l_b", "l_r")}
     self._trackers = {
@@ -493,15 +500,25 @@ class DDLSC(keras.Model):
   def _pretrain_step(self, data):
     data = tuple(data) if isinstance(data, (tuple, list)) else (data,)
     x, groups = data[0], (data[2] if len(data) > 2 else None)
+    if self.lambda_g and groups is None:
+      raise ValueError(
+          f"lambda_g={self.lambda_g} needs the batches' anchor groups "
+          f"(images, labels, groups); these batches have none.")
     anchors, ignore = self._anchors(x, groups)
-    stacked, anchors, ignore, _ = self._with_copies(x, anchors, ignore)
+    stacked, anchors, ignore, groups = self._with_copies(x, anchors, ignore,
+                                                         groups)
     with tf.GradientTape() as tape:
       z, x_hat, target = self._forward(stacked, x)
       total, l_d, l_r = losses.pretrain_loss(
           x=target, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
           lambda_r=self.lambda_r, ignore=ignore,
           power=self.nonanchor_power, anchor_power=self.anchor_power)
-    return self._apply(tape, total, (total, l_d, l_r))
+      values = (total, l_d, l_r)
+      if self.lambda_g:
+        l_g = losses.between_group_loss(z=z, groups=groups)
+        total = total + self.lambda_g * l_g
+        values = (total, l_d, l_r, l_g)
+    return self._apply(tape, total, values)
 
   def _cluster1_step(self, data):
     x, _, assignments = data
@@ -548,6 +565,7 @@ class DDLSC(keras.Model):
         anchor_hops=self.anchor_hops,
         nonanchor_power=self.nonanchor_power,
         anchor_power=self.anchor_power,
+        lambda_g=self.lambda_g,
         knn_features=self.knn_features,
         num_clusters=self.num_clusters,
         lambda_d=float(self.lambda_d.numpy()),

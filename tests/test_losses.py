@@ -422,3 +422,33 @@ def test_group_anchors_add_every_same_group_pair(rng, graph):
   same = (groups[:, None] == groups[None, :]) & ~np.eye(30, dtype=bool)
   np.testing.assert_array_equal(got, anchors.numpy() | same)
   assert not np.diag(got).any() and (got == got.T).all()
+
+
+def _between_group_reference(z, groups):
+  u = z / np.linalg.norm(z, axis=1, keepdims=True)
+  c = np.abs(u @ u.T)
+  ids = np.unique(groups)
+  if len(ids) < 2:
+    return 0.0
+  return np.mean([max(c[np.ix_(groups == g, groups == h)].mean()
+                      for h in ids if h != g) for g in ids])
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_between_group_loss_matches_numpy(rng, graph):
+  z = rng.normal(size=(30, 6)).astype(np.float32)
+  groups = rng.choice([3, 11, 40, 41, 97], size=30).astype(np.int32)
+  got = _run(losses.between_group_loss, graph, z=tf.constant(z),
+             groups=tf.constant(groups))
+  np.testing.assert_allclose(float(got), _between_group_reference(z, groups),
+                             rtol=1e-5)
+
+
+def test_between_group_loss_is_zero_for_one_group_and_one_for_copies(rng):
+  z = rng.normal(size=(8, 4)).astype(np.float32)
+  one = np.full(8, 5, np.int32)
+  assert float(losses.between_group_loss(z=z, groups=one)) == 0.0
+  twice = np.concatenate([z[:1]] * 4 + [-z[:1]] * 4)  # |cos| = 1 across
+  two = np.array([0] * 4 + [1] * 4, np.int32)
+  np.testing.assert_allclose(
+      float(losses.between_group_loss(z=twice, groups=two)), 1.0, rtol=1e-6)

@@ -41,6 +41,9 @@ CONFIG_CASES = [
                                "got 10"),
     ({"batch_neighbours": -1}, "batch_neighbours must be in [0, knn_k=10), "
                                "got -1"),
+    ({"lambda_g": 1.0}, "lambda_g=1.0 needs anchor_groups"),
+    ({"lambda_g": -1.0, "anchor_groups": True},
+     "lambda_g must be >= 0, got -1.0"),
 ]
 
 
