@@ -319,16 +319,9 @@ def between_group_loss(*, z, groups):
   """
   _check_rank("z", z, 2)
   _check_rank("groups", groups, 1)
-  _, ids = tf.unique(groups)
-  num = tf.reduce_max(ids) + 1
-  c = tf.abs(cosine_similarity_matrix(z))
-  s = tf.one_hot(ids, num, dtype=c.dtype)  # [B, G]; every group present
-  sizes = tf.reduce_sum(s, axis=0)
-  pair_sums = tf.matmul(s, tf.matmul(c, s), transpose_a=True)
-  means = pair_sums / (sizes[:, None] * sizes[None, :])
-  off = tf.logical_not(tf.eye(num, dtype=tf.bool))
-  worst = tf.reduce_max(tf.where(off, means, tf.zeros_like(means)), axis=1)
-  return tf.reduce_mean(worst)
+  _, ids = tf.unique(groups)  # ids 0..G-1, every one present
+  means = _pair_block_means(z, ids, tf.reduce_max(ids) + 1)
+  return tf.reduce_mean(tf.reduce_max(means, axis=1))
 
 
 def with_copy_anchors(anchors, index=None, *, share=False):
@@ -644,16 +637,21 @@ def between_cluster_loss(*, z, assignments, num_clusters):
   Returns:
     Scalar float in [0, 1] (to be minimised).
   """
-  c = cosine_similarity_matrix(z)
-  s = tf.one_hot(assignments, num_clusters, dtype=c.dtype)  # S, [B, K]
+  return tf.reduce_max(_pair_block_means(z, assignments, num_clusters))
+
+
+def _pair_block_means(z, ids, num):
+  """[num, num] mean |C_ij| over i in block k, j in block l (k != l); 0 on
+  the diagonal and where a block is absent from the batch."""
+  c = tf.abs(cosine_similarity_matrix(z))
+  s = tf.one_hot(ids, num, dtype=c.dtype)  # S, [B, num]
   sizes = tf.reduce_sum(s, axis=0)
-  pair_sums = tf.matmul(s, tf.matmul(tf.abs(c), s), transpose_a=True)
+  pair_sums = tf.matmul(s, tf.matmul(c, s), transpose_a=True)
   pair_sizes = sizes[:, None] * sizes[None, :]
   valid = tf.logical_and(pair_sizes > 0,
-                         tf.logical_not(tf.eye(num_clusters, dtype=tf.bool)))
-  means = tf.where(valid, pair_sums / tf.maximum(pair_sizes, 1.0),
-                   tf.zeros_like(pair_sums))
-  return tf.reduce_max(means)
+                         tf.logical_not(tf.eye(num, dtype=tf.bool)))
+  return tf.where(valid, pair_sums / tf.maximum(pair_sizes, 1.0),
+                  tf.zeros_like(pair_sums))
 
 
 def within_cluster_loss(*, z, assignments, num_clusters):
