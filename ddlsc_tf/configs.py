@@ -62,6 +62,12 @@ class Config:
   # final from it 0.919 against 0.937, so no preset uses it (RESULTS.md, COIL,
   # "Session 52").
   lambda_g: float = 0.0
+  # Ours: which push lambda_g weighs. "pairs": losses.between_group_loss
+  # (mean |C_ij| over two groups' image pairs). "means":
+  # losses.group_mean_push_loss, the cosine of the two groups' mean
+  # directions, which leaves each group free to be compact (k-means
+  # needs compact objects whose means are apart).
+  group_push: str = "pairs"
   # Ours: L_d's first sum takes |C_ij|^p of a non-anchor pair's cosine
   # (losses.discriminative_loss(power=p)), in pre-training and stage I;
   # 1: |C_ij| as eq. 5. p > 1 pushes near pairs of different images harder
@@ -350,6 +356,9 @@ class Config:
     if not self.anchor_power >= 1.0:
       raise ValueError(f"anchor_power must be >= 1, got "
                        f"{self.anchor_power}.")
+    if self.group_push not in ("pairs", "means"):
+      raise ValueError(f"group_push must be 'pairs' or 'means', got "
+                       f"{self.group_push!r}.")
     if self.knn_features not in ("raw", "smoothed"):
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
                        f"{self.knn_features!r}.")

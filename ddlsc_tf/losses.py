@@ -324,6 +324,37 @@ def between_group_loss(*, z, groups):
   return tf.reduce_mean(tf.reduce_max(means, axis=1))
 
 
+def group_mean_push_loss(*, z, groups):
+  """Each group's nearest other group by mean direction, averaged (ours).
+
+    L_gm = 1/G Σ_g max_{h≠g} cos(μ_g, μ_h),   μ_g = Σ_{i∈g} z̃_i
+
+  over the G anchor groups present in the batch. `between_group_loss` asks
+  every pair of images of two groups to be orthogonal (mean |C_ij|); this
+  asks only that the groups' mean directions be apart, as k-means (whose
+  centroids are those means) needs, and leaves each group free to be
+  compact. Signed: a group pushed past orthogonal lowers it below 0. With
+  fewer than two groups present the loss is 0.
+
+  Args:
+    z: [B, D] float latent batch.
+    groups: [B] int, each row's group (any ids; only equality matters).
+
+  Returns:
+    Scalar float in [-1, 1] (to be minimised).
+  """
+  _check_rank("z", z, 2)
+  _check_rank("groups", groups, 1)
+  _, ids = tf.unique(groups)  # ids 0..G-1, every one present
+  num = tf.reduce_max(ids) + 1
+  means = normalize_rows(
+      tf.math.unsorted_segment_sum(normalize_rows(z), ids, num))
+  c = tf.matmul(means, means, transpose_b=True)
+  c = tf.where(tf.eye(num, dtype=tf.bool), tf.fill(tf.shape(c), -2.0), c)
+  worst = tf.reduce_max(c, axis=1)
+  return tf.where(num > 1, tf.reduce_mean(worst), tf.zeros_like(worst[0]))
+
+
 def with_copy_anchors(anchors, index=None, *, share=False):
   """The anchor mask of a batch followed by augmented copies of its images.
 

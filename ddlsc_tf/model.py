@@ -103,9 +103,11 @@ class DDLSC(keras.Model):
       stage I alike.
     anchor_power: float >= 1, exponent q of L_d's anchor term
       (1 − C_ij)^q (1: eq. 5; ours otherwise), where nonanchor_power acts.
-    lambda_g: weight of `losses.between_group_loss` over the batch's
-      anchor groups in pre-training (ours; 0: off, as the paper; > 0 needs
-      batches with groups).
+    lambda_g: weight of the push between the batch's anchor groups in
+      pre-training (ours; 0: off, as the paper; > 0 needs batches with
+      groups).
+    group_push: which push lambda_g weighs: "pairs",
+      `losses.between_group_loss`; "means", `losses.group_mean_push_loss`.
     lambda_r: weight λ of the reconstruction loss in eq. 6.
     augment: None, or the largest random (rotation in degrees, scale,
       shear, translation in pixels) of a copy of each image added to the
@@ -148,12 +150,14 @@ class DDLSC(keras.Model):
   """
 
   PHASES = ("pretrain", "cluster1", "cluster2")
+  GROUP_PUSHES = {"pairs": losses.between_group_loss,
+                  "means": losses.group_mean_push_loss}
 
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
                anchor_hops=1, nonanchor_power=1.0, anchor_power=1.0,
-               lambda_g=0.0, knn_features="raw", augment=None, augment_fraction=1.0,
+               lambda_g=0.0, group_push="pairs", knn_features="raw", augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), reconstruct_copies=True,
                copies_share_anchors=False, augment_originals=False, seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
@@ -185,6 +189,10 @@ class DDLSC(keras.Model):
     self.lambda_g = float(lambda_g)
     if not self.lambda_g >= 0.0:
       raise ValueError(f"lambda_g must be >= 0, got {lambda_g}.")
+    if group_push not in self.GROUP_PUSHES:
+      raise ValueError(f"unknown group_push {group_push!r}; expected one "
+                       f"of {tuple(self.GROUP_PUSHES)}.")
+    self.group_push = group_push
     if knn_features not in losses.KNN_FEATURES:
       raise ValueError(f"unknown knn_features {knn_features!r}; expected "
                        f"one of {losses.KNN_FEATURES}.")
@@ -515,7 +523,7 @@ class DDLSC(keras.Model):
           power=self.nonanchor_power, anchor_power=self.anchor_power)
       values = (total, l_d, l_r)
       if self.lambda_g:
-        l_g = losses.between_group_loss(z=z, groups=groups)
+        l_g = self.GROUP_PUSHES[self.group_push](z=z, groups=groups)
         total = total + self.lambda_g * l_g
         values = (total, l_d, l_r, l_g)
     return self._apply(tape, total, values)
@@ -566,6 +574,7 @@ class DDLSC(keras.Model):
         nonanchor_power=self.nonanchor_power,
         anchor_power=self.anchor_power,
         lambda_g=self.lambda_g,
+        group_push=self.group_push,
         knn_features=self.knn_features,
         num_clusters=self.num_clusters,
         lambda_d=float(self.lambda_d.numpy()),

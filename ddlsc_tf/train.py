@@ -100,6 +100,7 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
       nonanchor_power=config.nonanchor_power,
       anchor_power=config.anchor_power,
       lambda_g=config.lambda_g,
+      group_push=config.group_push,
       knn_features=config.knn_features,
       alpha=config.alpha,
       lambda_r=config.lambda_r,

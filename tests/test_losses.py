@@ -452,3 +452,45 @@ def test_between_group_loss_is_zero_for_one_group_and_one_for_copies(rng):
   two = np.array([0] * 4 + [1] * 4, np.int32)
   np.testing.assert_allclose(
       float(losses.between_group_loss(z=twice, groups=two)), 1.0, rtol=1e-6)
+
+
+def _group_mean_push_reference(z, groups):
+  u = z / np.linalg.norm(z, axis=1, keepdims=True)
+  ids = np.unique(groups)
+  if len(ids) < 2:
+    return 0.0
+  means = np.stack([u[groups == g].sum(axis=0) for g in ids])
+  means /= np.linalg.norm(means, axis=1, keepdims=True)
+  c = means @ means.T
+  np.fill_diagonal(c, -np.inf)
+  return c.max(axis=1).mean()
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_group_mean_push_loss_matches_numpy(rng, graph):
+  z = rng.normal(size=(30, 6)).astype(np.float32)
+  groups = rng.choice([3, 11, 40, 41, 97], size=30).astype(np.int32)
+  got = _run(losses.group_mean_push_loss, graph, z=tf.constant(z),
+             groups=tf.constant(groups))
+  np.testing.assert_allclose(float(got),
+                             _group_mean_push_reference(z, groups), rtol=1e-5)
+
+
+def test_group_mean_push_loss_is_zero_for_one_group_and_spares_loose_groups(
+    rng):
+  z = rng.normal(size=(8, 4)).astype(np.float32)
+  assert float(losses.group_mean_push_loss(
+      z=z, groups=np.full(8, 5, np.int32))) == 0.0
+  # Two groups, each spread over +-e1 around its own axis (e2, e3): every
+  # image pair across has |cos| 0.5, but the means are orthogonal.
+  e = np.eye(3, dtype=np.float32)
+  z = np.stack([e[1] + e[0], e[1] - e[0], e[2] + e[0], e[2] - e[0]])
+  groups = np.array([0, 0, 1, 1], np.int32)
+  np.testing.assert_allclose(
+      float(losses.group_mean_push_loss(z=z, groups=groups)), 0.0, atol=1e-6)
+  np.testing.assert_allclose(
+      float(losses.between_group_loss(z=z, groups=groups)), 0.5, rtol=1e-6)
+  # Two groups on opposite directions: -1.
+  np.testing.assert_allclose(float(losses.group_mean_push_loss(
+      z=np.stack([e[0], e[0], -e[0]]), groups=np.array([1, 1, 2]))), -1.0,
+      rtol=1e-6)

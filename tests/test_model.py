@@ -351,18 +351,21 @@ def test_a_pretrain_step_pulls_the_pairs_of_each_anchor_group(make_blobs):
   assert l_d["groups"] != l_d["plain"]
 
 
+@pytest.mark.parametrize("push, loss", [
+    ("pairs", losses.between_group_loss),
+    ("means", losses.group_mean_push_loss)])
 def test_a_pretrain_step_adds_lambda_g_times_the_between_group_loss(
-    make_blobs):
+    make_blobs, push, loss):
   x, labels = make_blobs()
   x, labels = x[:24], labels[:24]
   groups = (np.arange(24) // 6).astype(np.int32)
   config = configs.TINY.replace(knn_k=3, augment=(), anchor_groups=True,
-                                lambda_g=0.5)
+                                lambda_g=0.5, group_push=push)
   keras.utils.set_random_seed(0)
   model = train.build_model(config, (28, 28, 1))
   model.compile(optimizer=keras.optimizers.Adam(1e-3))
   z, _ = model(x, training=True)  # the step's forward, before its update
-  want = losses.between_group_loss(z=z, groups=tf.constant(groups))
+  want = loss(z=z, groups=tf.constant(groups))
   ds = tf.data.Dataset.from_tensors(
       (tf.constant(x), tf.constant(labels), tf.constant(groups)))
   logs = model.fit(ds, epochs=1, verbose=0).history
@@ -372,6 +375,7 @@ def test_a_pretrain_step_adds_lambda_g_times_the_between_group_loss(
       logs["pretrain/l_d"][0] + config.lambda_r * logs["pretrain/l_r"][0]
       + 0.5 * logs["pretrain/l_g"][0], rtol=1e-5)
   assert model.get_config()["lambda_g"] == 0.5
+  assert model.get_config()["group_push"] == push
   with pytest.raises(ValueError, match="lambda_g=0.5 needs the batches'"):
     model.fit(tf.data.Dataset.from_tensors((tf.constant(x),
                                             tf.constant(labels))),

@@ -42,6 +42,7 @@ CONFIG_CASES = [
     ({"batch_neighbours": -1}, "batch_neighbours must be in [0, knn_k=10), "
                                "got -1"),
     ({"lambda_g": 1.0}, "lambda_g=1.0 needs anchor_groups"),
+    ({"group_push": "max"}, "group_push must be 'pairs' or 'means'"),
     ({"lambda_g": -1.0, "anchor_groups": True},
      "lambda_g must be >= 0, got -1.0"),
 ]
