@@ -434,16 +434,6 @@ def _between_group_reference(z, groups):
                       for h in ids if h != g) for g in ids])
 
 
-@pytest.mark.parametrize("graph", [False, True])
-def test_between_group_loss_matches_numpy(rng, graph):
-  z = rng.normal(size=(30, 6)).astype(np.float32)
-  groups = rng.choice([3, 11, 40, 41, 97], size=30).astype(np.int32)
-  got = _run(losses.between_group_loss, graph, z=tf.constant(z),
-             groups=tf.constant(groups))
-  np.testing.assert_allclose(float(got), _between_group_reference(z, groups),
-                             rtol=1e-5)
-
-
 def test_between_group_loss_is_zero_for_one_group_and_one_for_copies(rng):
   z = rng.normal(size=(8, 4)).astype(np.float32)
   one = np.full(8, 5, np.int32)
@@ -467,13 +457,14 @@ def _group_mean_push_reference(z, groups):
 
 
 @pytest.mark.parametrize("graph", [False, True])
-def test_group_mean_push_loss_matches_numpy(rng, graph):
+@pytest.mark.parametrize("loss, reference", [
+    (losses.between_group_loss, _between_group_reference),
+    (losses.group_mean_push_loss, _group_mean_push_reference)])
+def test_group_pushes_match_numpy(rng, graph, loss, reference):
   z = rng.normal(size=(30, 6)).astype(np.float32)
   groups = rng.choice([3, 11, 40, 41, 97], size=30).astype(np.int32)
-  got = _run(losses.group_mean_push_loss, graph, z=tf.constant(z),
-             groups=tf.constant(groups))
-  np.testing.assert_allclose(float(got),
-                             _group_mean_push_reference(z, groups), rtol=1e-5)
+  got = _run(loss, graph, z=tf.constant(z), groups=tf.constant(groups))
+  np.testing.assert_allclose(float(got), reference(z, groups), rtol=1e-5)
 
 
 def test_group_mean_push_loss_is_zero_for_one_group_and_spares_loose_groups(
