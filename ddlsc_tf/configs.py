@@ -9,6 +9,7 @@ import dataclasses
 from typing import Optional, Tuple
 
 from ddlsc_tf import augment as augment_lib
+from ddlsc_tf import losses
 from ddlsc_tf import metrics as metrics_lib
 
 
@@ -361,8 +362,9 @@ class Config:
     if not self.anchor_power >= 1.0:
       raise ValueError(f"anchor_power must be >= 1, got "
                        f"{self.anchor_power}.")
-    if self.group_push not in ("pairs", "means"):
-      raise ValueError(f"group_push must be 'pairs' or 'means', got "
+    if self.group_push not in losses.GROUP_PUSHES:
+      names = " or ".join(repr(n) for n in losses.GROUP_PUSHES)
+      raise ValueError(f"group_push must be {names}, got "
                        f"{self.group_push!r}.")
     if self.knn_features not in ("raw", "smoothed"):
       raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "

@@ -355,6 +355,10 @@ def group_mean_push_loss(*, z, groups):
   return tf.where(num > 1, tf.reduce_mean(worst), tf.zeros_like(worst[0]))
 
 
+# The pushes between anchor groups pre-training can weigh (Config.group_push).
+GROUP_PUSHES = {"pairs": between_group_loss, "means": group_mean_push_loss}
+
+
 def with_copy_anchors(anchors, index=None, *, share=False):
   """The anchor mask of a batch followed by augmented copies of its images.
 

@@ -150,14 +150,13 @@ class DDLSC(keras.Model):
   """
 
   PHASES = ("pretrain", "cluster1", "cluster2")
-  GROUP_PUSHES = {"pairs": losses.between_group_loss,
-                  "means": losses.group_mean_push_loss}
 
   def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
                decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
                pools=None, anchor_selection="similarity", knn_neutral=False,
                anchor_hops=1, nonanchor_power=1.0, anchor_power=1.0,
-               lambda_g=0.0, group_push="pairs", knn_features="raw", augment=None, augment_fraction=1.0,
+               lambda_g=0.0, group_push="pairs", knn_features="raw",
+               augment=None, augment_fraction=1.0,
                augment_phases=("pretrain",), reconstruct_copies=True,
                copies_share_anchors=False, augment_originals=False, seed=0,
                num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
@@ -189,9 +188,9 @@ class DDLSC(keras.Model):
     self.lambda_g = float(lambda_g)
     if not self.lambda_g >= 0.0:
       raise ValueError(f"lambda_g must be >= 0, got {lambda_g}.")
-    if group_push not in self.GROUP_PUSHES:
+    if group_push not in losses.GROUP_PUSHES:
       raise ValueError(f"unknown group_push {group_push!r}; expected one "
-                       f"of {tuple(self.GROUP_PUSHES)}.")
+                       f"of {tuple(losses.GROUP_PUSHES)}.")
     self.group_push = group_push
     if knn_features not in losses.KNN_FEATURES:
       raise ValueError(f"unknown knn_features {knn_features!r}; expected "
@@ -523,7 +522,7 @@ class DDLSC(keras.Model):
           power=self.nonanchor_power, anchor_power=self.anchor_power)
       values = (total, l_d, l_r)
       if self.lambda_g:
-        l_g = self.GROUP_PUSHES[self.group_push](z=z, groups=groups)
+        l_g = losses.GROUP_PUSHES[self.group_push](z=z, groups=groups)
         total = total + self.lambda_g * l_g
         values = (total, l_d, l_r, l_g)
     return self._apply(tape, total, values)
