@@ -60,8 +60,8 @@ class Config:
   # anchor_power=2 and 115 epochs, seeds 0-2: k-means ACC after
   # pre-training 0.823 +- 0.019 against 0.692 +- 0.027 for groups alone
   # at 30 epochs, every seed higher, none at the paper's 0.89; seed 0's
-  # final from it 0.919 against 0.937, so no preset uses it (RESULTS.md, COIL,
-  # "Session 52").
+  # final from it 0.919 against 0.937 (RESULTS.md, COIL, "Session 52").
+  # COIL-100's preset weighs group_push="means" with it (see COIL100).
   lambda_g: float = 0.0
   # Ours: which push lambda_g weighs. "pairs": losses.between_group_loss
   # (mean |C_ij| over two groups' image pairs). "means":
@@ -70,9 +70,8 @@ class Config:
   # (k-means needs the objects' means apart, not every pair). COIL-100,
   # groups, lambda_g=1, anchor_power=2, 115 epochs, seeds 0-2: k-means
   # ACC after pre-training 0.823 +- 0.019 ("pairs") -> 0.906 +- 0.002
-  # ("means"), every seed higher and above the paper's 0.89; not yet a
-  # preset: its stages ran on seeds 0 and 1 only (finals 0.903 / 0.962
-  # against the preset's 0.939 / 0.949; RESULTS.md, COIL, "Session 53").
+  # ("means"), every seed higher and above the paper's 0.89 (RESULTS.md,
+  # COIL, "Session 53"); COIL-100's preset since session 54 (see COIL100).
   group_push: str = "pairs"
   # Ours: L_d's first sum takes |C_ij|^p of a non-anchor pair's cosine
   # (losses.discriminative_loss(power=p)), in pre-training and stage I;
@@ -92,7 +91,8 @@ class Config:
   # (losses.discriminative_loss(anchor_power=q)), in pre-training and stage
   # I; 1: eq. 5's −(1−α)/|A| Σ_A C_ij (the same up to a constant). q > 1
   # (ours) pulls an anchor pair in proportion to how far apart it still
-  # is, and not at all once it has met. MNIST's preset uses 2 (see MNIST).
+  # is, and not at all once it has met. The MNIST and COIL-100 presets use
+  # 2 (see MNIST, COIL100).
   anchor_power: float = 1.0
   # What the kNN graph compares: "raw" images (the paper) or "smoothed"
   # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
@@ -736,7 +736,8 @@ COIL100 = COIL20.replace(
     # paper: 0.89); the push on every pair of two groups instead
     # (group_push="pairs") gave 0.823 +- 0.019 (COIL, "Session 52"). Final
     # ACC with the clustering phase below, unchanged: 0.931 +- 0.018 ->
-    # see RESULTS.md, COIL, "Session 54".
+    # 0.939 +- 0.026 (0.903 / 0.962 / 0.951; paper 0.903; RESULTS.md,
+    # COIL, "Session 54").
     anchor_groups=True,
     lambda_g=1.0,
     group_push="means",
