@@ -722,22 +722,16 @@ COIL20 = MNIST.replace(
 COIL100 = COIL20.replace(
     dataset="coil100",
     # COIL20's anchor groups (COIL-100: 111 groups, 99% of their pairs
-    # within one object; RESULTS.md, COIL, "Session 50"), and a push
-    # between the groups' mean directions in each batch (group_push,
-    # lambda_g): L_d's push is a mean over all |B|^2 pairs, so two of the
-    # batch's ~100 objects meeting cost it almost nothing, and with groups
-    # alone k-means of the latent stayed near 0.7 (0.692 +- 0.027 at 30
-    # epochs), falling with more epochs as similar objects met (COIL,
-    # "Session 51"). lambda_g = 1 is the paper's lambda_b (eq. 11's weight,
-    # set before the first run); MNIST's (1 - C)^2 pull; 115 epochs are 805
-    # Adam steps, COIL20's 800 (it has 2 batches an epoch, COIL-100 7).
-    # Seeds 0-2 (sessions 53-54): k-means ACC after pre-training 0.643 +-
-    # 0.026 (kNN anchors, 50 epochs; session 24) -> 0.906 +- 0.002 (the
-    # paper: 0.89); the push on every pair of two groups instead
-    # (group_push="pairs") gave 0.823 +- 0.019 (COIL, "Session 52"). Final
-    # ACC with the clustering phase below, unchanged: 0.931 +- 0.018 ->
-    # 0.939 +- 0.026 (0.903 / 0.962 / 0.951; paper 0.903; RESULTS.md,
-    # COIL, "Session 54").
+    # within one object; RESULTS.md, COIL, "Session 50") with the push
+    # between the groups' mean directions (why: see Config.lambda_g and
+    # Config.group_push). lambda_g = 1 is the paper's lambda_b (the weight
+    # of eq. 9's L_b in eq. 11), set before the first run; MNIST's
+    # (1 - C)^2 pull; 115 epochs are 805 Adam steps, COIL20's 800 (it has
+    # 2 batches an epoch, COIL-100 7). Seeds 0-2: k-means ACC after
+    # pre-training 0.643 +- 0.026 (kNN anchors, 50 epochs; session 24) ->
+    # 0.906 +- 0.002 (paper 0.89; COIL, "Session 53"); final ACC with the
+    # clustering phase below, unchanged, 0.931 +- 0.018 -> 0.939 +- 0.026
+    # (0.903 / 0.962 / 0.951; paper 0.903; COIL, "Session 54").
     anchor_groups=True,
     lambda_g=1.0,
     group_push="means",
