@@ -94,8 +94,9 @@ class Config:
   # is, and not at all once it has met. The MNIST and COIL-100 presets use
   # 2 (see MNIST, COIL100).
   anchor_power: float = 1.0
-  # What the kNN graph compares: "raw" images (the paper) or "smoothed"
-  # (Gaussian σ = 1 px, 2x2 average pool; see losses.knn_features).
+  # What the kNN graph compares: "raw" images (the paper), "smoothed"
+  # (Gaussian σ = 1 px, 2x2 average pool) or "deskewed" (moment-based
+  # shear upright and centring; see losses.knn_features).
   knn_features: str = "raw"
   # Ours: the kNN vote's neighbour table re-ranks each image's 50 most
   # cosine-similar images by the best cosine over translations of up to
@@ -366,8 +367,9 @@ class Config:
       names = " or ".join(repr(n) for n in losses.GROUP_PUSHES)
       raise ValueError(f"group_push must be {names}, got "
                        f"{self.group_push!r}.")
-    if self.knn_features not in ("raw", "smoothed"):
-      raise ValueError(f"knn_features must be 'raw' or 'smoothed', got "
+    if self.knn_features not in losses.KNN_FEATURES:
+      names = ", ".join(repr(n) for n in losses.KNN_FEATURES)
+      raise ValueError(f"knn_features must be one of {names}, got "
                        f"{self.knn_features!r}.")
     augment_lib.Affine.parse(self.augment)  # raises on a bad tuple
     if self.embed_copies and not self.augment:

@@ -117,12 +117,58 @@ def knn_graph(x, *, k):
                   _reverse_rank(neighbours))
 
 
-KNN_FEATURES = ("raw", "smoothed")
+KNN_FEATURES = ("raw", "smoothed", "deskewed")
+
+
+def deskew(x):
+  """Each image sheared upright and its ink centred (ours, for the kNN
+  graph's "deskewed" features).
+
+  The classic moment-based deskew of MNIST pixel methods (LeCun et al.
+  1998: it lowers raw-pixel kNN error): with ink weights p (the channel
+  mean), centre of mass (m_x, m_y) and s = cov(x, y) / var(y), output pixel
+  (x, y) reads the input at (x + s (y − c_y) + m_x − c_x, y + m_y − c_y),
+  c the image centre, bilinear, zero outside. A stroke slanting by s
+  columns per row stands upright through the centre. A blank image, or
+  one with no vertical spread, is only moved (s = 0).
+
+  Args:
+    x: [B, H, W, C] float images, non-negative.
+
+  Returns:
+    [B, H, W, C] float, same dtype.
+  """
+  _check_rank("x", x, 4)
+  shape = tf.shape(x)
+  h, w = shape[1], shape[2]
+  ink = tf.reduce_mean(x, axis=-1)                      # [B, H, W]
+  ys = tf.cast(tf.range(h), x.dtype)[None, :, None]
+  xs = tf.cast(tf.range(w), x.dtype)[None, None, :]
+  total = tf.reduce_sum(ink, axis=[1, 2])
+  safe = tf.maximum(total, _EPS)
+  cx = (tf.cast(w, x.dtype) - 1.0) / 2.0
+  cy = (tf.cast(h, x.dtype) - 1.0) / 2.0
+  blank = total <= _EPS
+  mx = tf.where(blank, cx, tf.reduce_sum(ink * xs, axis=[1, 2]) / safe)
+  my = tf.where(blank, cy, tf.reduce_sum(ink * ys, axis=[1, 2]) / safe)
+  dx = xs - mx[:, None, None]
+  dy = ys - my[:, None, None]
+  var_y = tf.reduce_sum(ink * dy * dy, axis=[1, 2]) / safe
+  cov = tf.reduce_sum(ink * dx * dy, axis=[1, 2]) / safe
+  s = tf.where(var_y > _EPS, cov / tf.maximum(var_y, _EPS),
+               tf.zeros_like(cov))
+  ones, zeros = tf.ones_like(s), tf.zeros_like(s)
+  transforms = tf.stack(
+      [ones, s, mx - cx - s * cy, zeros, ones, my - cy, zeros, zeros], axis=1)
+  return tf.raw_ops.ImageProjectiveTransformV3(
+      images=x, transforms=tf.cast(transforms, tf.float32),
+      output_shape=tf.stack([h, w]), fill_value=tf.constant(0.0, x.dtype),
+      interpolation="BILINEAR", fill_mode="CONSTANT")
 
 
 def knn_features(x, *, features="raw"):
-  """What the per-batch kNN graph compares: the raw images or a smoothed,
-  half-resolution copy of them.
+  """What the per-batch kNN graph compares: the raw images, a smoothed,
+  half-resolution copy of them, or a deskewed copy (`deskew`).
 
   "smoothed" convolves each channel with a 5x5 Gaussian (σ = 1 pixel) and
   average-pools 2x2, so a stroke shifted by a pixel still matches: on MNIST
@@ -135,12 +181,15 @@ def knn_features(x, *, features="raw"):
     features: one of `KNN_FEATURES`.
 
   Returns:
-    [B, D] float: D = H·W·C ("raw") or ⌊H/2⌋·⌊W/2⌋·C ("smoothed").
+    [B, D] float: D = H·W·C ("raw", "deskewed") or ⌊H/2⌋·⌊W/2⌋·C
+    ("smoothed").
   """
   if features not in KNN_FEATURES:
     raise ValueError(f"unknown knn features {features!r}; expected one of "
                      f"{KNN_FEATURES}.")
   _check_rank("x", x, 4)
+  if features == "deskewed":
+    x = deskew(x)
   if features == "smoothed":
     taps = tf.exp(-tf.square(tf.range(-2.0, 3.0, dtype=x.dtype)) / 2.0)
     taps /= tf.reduce_sum(taps)

@@ -187,7 +187,7 @@ def test_a_saved_config_reads_back_as_the_same_config():
 
 @pytest.mark.parametrize("field, value, bad, error", [
     ("knn_features", "smoothed", "l2",
-     "knn_features must be 'raw' or 'smoothed', got 'l2'"),
+     "knn_features must be one of 'raw', 'smoothed', 'deskewed', got 'l2'"),
     ("nonanchor_power", 1.5, 0.5, "nonanchor_power must be >= 1, got 0.5"),
     ("anchor_power", 2.0, 0.5, "anchor_power must be >= 1, got 0.5"),
 ])
