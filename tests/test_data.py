@@ -137,7 +137,7 @@ def _cosine_neighbours(features, k):
   return np.argsort(-s, axis=1, kind="stable")[:, :k]
 
 
-@pytest.mark.parametrize("features", ["raw", "smoothed"])
+@pytest.mark.parametrize("features", ["raw", "smoothed", "deskewed"])
 def test_neighbour_table_is_the_brute_force_knn(features):
   rng = np.random.default_rng(0)
   x = rng.random((130, 8, 8, 1)).astype(np.float32)

@@ -183,6 +183,85 @@ def test_knn_features_match_reference(rng, graph, shape):
   np.testing.assert_array_equal(raw.numpy(), x.reshape(len(x), -1))
 
 
+def _deskew_ref(x):
+  """NumPy/SciPy reading of `losses.deskew`: moments of the channel mean,
+  then the sheared, centred bilinear resample with zeros outside."""
+  from scipy import ndimage
+  out = np.zeros(x.shape)
+  b, h, w, c = x.shape
+  ys, xs = np.mgrid[:h, :w].astype(np.float64)
+  cx, cy = (w - 1) / 2, (h - 1) / 2
+  for i in range(b):
+    p = x[i].astype(np.float64).mean(axis=-1)
+    t = p.sum()
+    mx, my = (p * xs).sum() / t, (p * ys).sum() / t
+    s = (p * (xs - mx) * (ys - my)).sum() / (p * (ys - my) ** 2).sum()
+    src_x = xs + s * (ys - cy) + mx - cx
+    src_y = ys + my - cy
+    for ch in range(c):
+      out[i, ..., ch] = ndimage.map_coordinates(
+          x[i, ..., ch].astype(np.float64), [src_y, src_x], order=1,
+          mode="grid-constant", cval=0.0)
+  return out
+
+
+def _moments(images):
+  """(centre of mass x, y, shear cov(x, y) / var(y)) of [B, H, W, 1]."""
+  p = images[..., 0].astype(np.float64)
+  ys, xs = np.mgrid[:p.shape[1], :p.shape[2]]
+  t = p.sum(axis=(1, 2))
+  mx = (p * xs).sum(axis=(1, 2)) / t
+  my = (p * ys).sum(axis=(1, 2)) / t
+  dx, dy = xs - mx[:, None, None], ys - my[:, None, None]
+  return mx, my, (p * dx * dy).sum(axis=(1, 2)) / (p * dy * dy).sum(
+      axis=(1, 2))
+
+
+def _slanted_bars(slopes, size=28):
+  """One bar per slope, off centre, its column moving `slope` per row."""
+  images = np.zeros((len(slopes), size, size, 1), np.float32)
+  for i, slope in enumerate(slopes):
+    for row in range(6, 22):
+      col = 11.0 + slope * (row - 14)
+      lo = int(np.floor(col))
+      images[i, row + 2, lo:lo + 3, 0] = 1.0  # 2 rows down, 3 px wide
+  return images
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_deskew_matches_reference(rng, graph):
+  x = rng.random((3, 12, 10, 2)).astype(np.float32) ** 3
+  out = _run(losses.deskew, graph, x=tf.constant(x)).numpy()
+  np.testing.assert_allclose(out, _deskew_ref(x), atol=1e-4)
+  feats = _run(losses.knn_features, graph, x=tf.constant(x),
+               features="deskewed")
+  np.testing.assert_array_equal(feats.numpy(), out.reshape(3, -1))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_deskew_stands_bars_upright_and_centres_them(graph):
+  bars = _slanted_bars([-0.5, 0.0, 0.3, 0.6])
+  mx, my, shear = _moments(bars)
+  assert np.abs(shear[[0, 2, 3]]).min() > 0.25 and np.abs(mx - 13.5).max() > 1
+  out = _run(losses.deskew, graph, x=tf.constant(bars)).numpy()
+  mx, my, shear = _moments(out)
+  np.testing.assert_allclose(shear, 0.0, atol=0.02)
+  np.testing.assert_allclose(mx, 13.5, atol=0.05)
+  np.testing.assert_allclose(my, 13.5, atol=0.05)
+  # Nothing falls off the edge: the ink is kept.
+  np.testing.assert_allclose(out.sum(axis=(1, 2, 3)),
+                             bars.sum(axis=(1, 2, 3)), rtol=1e-4)
+
+
+def test_deskew_leaves_blank_and_flat_images_finite():
+  x = np.zeros((2, 6, 6, 1), np.float32)
+  x[1, 3, :, 0] = 1.0  # one row of ink: no vertical spread, s = 0
+  out = losses.deskew(tf.constant(x)).numpy()
+  assert np.isfinite(out).all()
+  np.testing.assert_array_equal(out[0], 0.0)
+  np.testing.assert_allclose(out[1].sum(), 6.0, rtol=1e-5)
+
+
 def test_knn_features_reject_unknown_names_and_ranks():
   with pytest.raises(ValueError, match="unknown knn features 'blur'"):
     losses.knn_features(tf.zeros([2, 8, 8, 1]), features="blur")
