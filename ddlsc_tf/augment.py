@@ -50,6 +50,25 @@ class Affine(NamedTuple):
     return cls(*values)
 
 
+def resample(x, transforms):
+  """Each image of x read through its own affine map, bilinear, zero fill.
+
+  Args:
+    x: [B, H, W, C] float images.
+    transforms: [B, 8] float, per image (a0, a1, a2, b0, b1, b2, 0, 0):
+      output pixel (x, y) reads the input at (a0 x + a1 y + a2,
+      b0 x + b1 y + b2), pixel indices.
+
+  Returns:
+    [B, H, W, C], x's dtype.
+  """
+  shape = tf.shape(x)
+  return tf.raw_ops.ImageProjectiveTransformV3(
+      images=x, transforms=tf.cast(transforms, tf.float32),
+      output_shape=shape[1:3], fill_value=tf.constant(0.0, x.dtype),
+      interpolation="BILINEAR", fill_mode="CONSTANT")
+
+
 def random_affine(x, *, affine, seed):
   """Each image of x under its own random affine map (bilinear, zero fill),
   then its own smooth random warp where `affine.elastic` > 0.
@@ -89,10 +108,7 @@ def random_affine(x, *, affine, seed):
   transforms = tf.stack(
       [m00, m01, cx - m00 * cx - m01 * cy + tx,
        m10, m11, cy - m10 * cx - m11 * cy + ty, zeros, zeros], axis=1)
-  out = tf.raw_ops.ImageProjectiveTransformV3(
-      images=x, transforms=tf.cast(transforms, tf.float32),
-      output_shape=tf.stack([h, w]), fill_value=tf.constant(0.0),
-      interpolation="BILINEAR", fill_mode="CONSTANT")
+  out = resample(x, transforms)
   if affine.elastic > 0:
     # Its own draw, so a zero elastic leaves the other maps unchanged.
     grid = tf.random.stateless_uniform(

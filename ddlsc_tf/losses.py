@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from ddlsc_tf import augment as augment_lib
+
 _EPS = 1e-12
 
 
@@ -129,8 +131,8 @@ def deskew(x):
   mean), centre of mass (m_x, m_y) and s = cov(x, y) / var(y), output pixel
   (x, y) reads the input at (x + s (y − c_y) + m_x − c_x, y + m_y − c_y),
   c the image centre, bilinear, zero outside. A stroke slanting by s
-  columns per row stands upright through the centre. A blank image, or
-  one with no vertical spread, is only moved (s = 0).
+  columns per row stands upright through the centre. An image with no
+  vertical spread is only moved (s = 0); a blank one stays blank.
 
   Args:
     x: [B, H, W, C] float images, non-negative.
@@ -144,26 +146,20 @@ def deskew(x):
   ink = tf.reduce_mean(x, axis=-1)                      # [B, H, W]
   ys = tf.cast(tf.range(h), x.dtype)[None, :, None]
   xs = tf.cast(tf.range(w), x.dtype)[None, None, :]
-  total = tf.reduce_sum(ink, axis=[1, 2])
-  safe = tf.maximum(total, _EPS)
-  cx = (tf.cast(w, x.dtype) - 1.0) / 2.0
-  cy = (tf.cast(h, x.dtype) - 1.0) / 2.0
-  blank = total <= _EPS
-  mx = tf.where(blank, cx, tf.reduce_sum(ink * xs, axis=[1, 2]) / safe)
-  my = tf.where(blank, cy, tf.reduce_sum(ink * ys, axis=[1, 2]) / safe)
+  total = tf.maximum(tf.reduce_sum(ink, axis=[1, 2]), _EPS)
+  mx = tf.reduce_sum(ink * xs, axis=[1, 2]) / total
+  my = tf.reduce_sum(ink * ys, axis=[1, 2]) / total
   dx = xs - mx[:, None, None]
   dy = ys - my[:, None, None]
-  var_y = tf.reduce_sum(ink * dy * dy, axis=[1, 2]) / safe
-  cov = tf.reduce_sum(ink * dx * dy, axis=[1, 2]) / safe
+  var_y = tf.reduce_sum(ink * dy * dy, axis=[1, 2]) / total
+  cov = tf.reduce_sum(ink * dx * dy, axis=[1, 2]) / total
   s = tf.where(var_y > _EPS, cov / tf.maximum(var_y, _EPS),
                tf.zeros_like(cov))
+  cx = (tf.cast(w, x.dtype) - 1.0) / 2.0
+  cy = (tf.cast(h, x.dtype) - 1.0) / 2.0
   ones, zeros = tf.ones_like(s), tf.zeros_like(s)
-  transforms = tf.stack(
-      [ones, s, mx - cx - s * cy, zeros, ones, my - cy, zeros, zeros], axis=1)
-  return tf.raw_ops.ImageProjectiveTransformV3(
-      images=x, transforms=tf.cast(transforms, tf.float32),
-      output_shape=tf.stack([h, w]), fill_value=tf.constant(0.0, x.dtype),
-      interpolation="BILINEAR", fill_mode="CONSTANT")
+  return augment_lib.resample(x, tf.stack(
+      [ones, s, mx - cx - s * cy, zeros, ones, my - cy, zeros, zeros], axis=1))
 
 
 def knn_features(x, *, features="raw"):

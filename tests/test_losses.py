@@ -183,31 +183,10 @@ def test_knn_features_match_reference(rng, graph, shape):
   np.testing.assert_array_equal(raw.numpy(), x.reshape(len(x), -1))
 
 
-def _deskew_ref(x):
-  """NumPy/SciPy reading of `losses.deskew`: moments of the channel mean,
-  then the sheared, centred bilinear resample with zeros outside."""
-  from scipy import ndimage
-  out = np.zeros(x.shape)
-  b, h, w, c = x.shape
-  ys, xs = np.mgrid[:h, :w].astype(np.float64)
-  cx, cy = (w - 1) / 2, (h - 1) / 2
-  for i in range(b):
-    p = x[i].astype(np.float64).mean(axis=-1)
-    t = p.sum()
-    mx, my = (p * xs).sum() / t, (p * ys).sum() / t
-    s = (p * (xs - mx) * (ys - my)).sum() / (p * (ys - my) ** 2).sum()
-    src_x = xs + s * (ys - cy) + mx - cx
-    src_y = ys + my - cy
-    for ch in range(c):
-      out[i, ..., ch] = ndimage.map_coordinates(
-          x[i, ..., ch].astype(np.float64), [src_y, src_x], order=1,
-          mode="grid-constant", cval=0.0)
-  return out
-
-
 def _moments(images):
-  """(centre of mass x, y, shear cov(x, y) / var(y)) of [B, H, W, 1]."""
-  p = images[..., 0].astype(np.float64)
+  """(centre of mass x, y, shear cov(x, y) / var(y)) of [B, H, W, C]'s
+  channel mean, each [B]."""
+  p = images.astype(np.float64).mean(axis=-1)
   ys, xs = np.mgrid[:p.shape[1], :p.shape[2]]
   t = p.sum(axis=(1, 2))
   mx = (p * xs).sum(axis=(1, 2)) / t
@@ -215,6 +194,24 @@ def _moments(images):
   dx, dy = xs - mx[:, None, None], ys - my[:, None, None]
   return mx, my, (p * dx * dy).sum(axis=(1, 2)) / (p * dy * dy).sum(
       axis=(1, 2))
+
+
+def _deskew_ref(x):
+  """NumPy/SciPy reading of `losses.deskew`: `_moments`, then the sheared,
+  centred bilinear resample with zeros outside."""
+  from scipy import ndimage
+  out = np.zeros(x.shape)
+  h, w = x.shape[1:3]
+  ys, xs = np.mgrid[:h, :w].astype(np.float64)
+  cx, cy = (w - 1) / 2, (h - 1) / 2
+  for i, (mx, my, s) in enumerate(zip(*_moments(x))):
+    src_x = xs + s * (ys - cy) + mx - cx
+    src_y = ys + my - cy
+    for ch in range(x.shape[-1]):
+      out[i, ..., ch] = ndimage.map_coordinates(
+          x[i, ..., ch].astype(np.float64), [src_y, src_x], order=1,
+          mode="grid-constant", cval=0.0)
+  return out
 
 
 def _slanted_bars(slopes, size=28):
