@@ -5,7 +5,17 @@ fit_predict / transform); the Keras model it trains is
 `ddlsc_tf.model.DDLSC`.
 """
 
-from ddlsc_tf.estimator import DDLSC
+import os as _os
+
+# TensorFlow's x86 CPU build runs oneDNN's kernels by default only on CPUs
+# with AVX-512 (VNNI, BF16) or AMX; elsewhere, an AVX2 AMD EPYC for one, it
+# falls back to its own kernels, about 3.4x slower here (RESULTS.md,
+# "Speed (issue 4): oneDNN's kernels on an AVX2 CPU"). TensorFlow reads the
+# variable when it loads, so this only acts when ddlsc_tf is imported
+# first; a value the user set, such as 0, is kept.
+_os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+from ddlsc_tf.estimator import DDLSC  # pylint: disable=g-import-not-at-top
 
 __all__ = ["DDLSC"]
 __version__ = "0.1.0"

@@ -73,7 +73,22 @@ def environment():
           "keras": keras.__version__, "numpy": np.__version__,
           "scipy": scipy.__version__, "scikit-learn": sklearn.__version__,
           "cpu": _cpu(), "cpu_count": os.cpu_count(),
+          "onednn": onednn_enabled(),
           "gpus": len(tf.config.list_physical_devices("GPU"))}
+
+
+def onednn_enabled():
+  """Whether TensorFlow runs oneDNN's CPU kernels (None: it cannot say).
+
+  They round differently from TensorFlow's own kernels, so a same-seed run
+  repeats only with the same setting, and they are several times faster on
+  CPUs where TensorFlow leaves them off by default (see ddlsc_tf/__init__).
+  """
+  try:
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):

@@ -46,6 +46,7 @@ def test_result_json_is_complete(smoke):
   assert (env["tensorflow"], env["keras"]) == (tf.__version__,
                                                keras.__version__)
   assert env["cpu"] and env["cpu_count"] >= 1
+  assert env["onednn"] in (True, False, None)
   assert list(result["phases"]) == ["pretrain", "cluster1", "cluster2"]
   pretrain = result["phases"]["pretrain"]
   assert pretrain["epochs"] == 2
