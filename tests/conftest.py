@@ -7,6 +7,10 @@ import pathlib
 import numpy as np
 import pytest
 
+# Before any test module loads TensorFlow: the tests then run with the
+# kernels a user's run gets (ddlsc_tf/__init__.py turns oneDNN's on).
+import ddlsc_tf  # noqa: F401  pylint: disable=unused-import
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 

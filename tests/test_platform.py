@@ -1,4 +1,5 @@
-"""Importing ddlsc_tf turns oneDNN's CPU kernels on unless the user chose."""
+"""Importing ddlsc_tf, or any experiments entry point, turns oneDNN's CPU
+kernels on unless the user chose otherwise."""
 
 import os
 import subprocess
@@ -6,24 +7,31 @@ import sys
 
 import pytest
 
-_PROBE = ("import os, ddlsc_tf; from ddlsc_tf import train; "
-          "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], train.onednn_enabled())")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _probe(value):
+def _probe(first_import, value):
+  """What a fresh interpreter sees after `import first_import`."""
   env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
   if value is not None:
     env["TF_ENABLE_ONEDNN_OPTS"] = value
   env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-  out = subprocess.run([sys.executable, "-c", _PROBE], env=env, check=True,
-                       capture_output=True, text=True, timeout=300)
+  code = (f"import os, {first_import}; from ddlsc_tf import train; "
+          "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], train.onednn_enabled())")
+  out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO,
+                       check=True, capture_output=True, text=True,
+                       timeout=300)
   return out.stdout.split()
 
 
-@pytest.mark.parametrize("value, expected", [(None, ["1", "True"]),
-                                             ("0", ["0", "False"])])
-def test_onednn_default_and_user_choice(value, expected):
-  got = _probe(value)
+@pytest.mark.parametrize("first_import, value, expected", [
+    ("ddlsc_tf", None, ["1", "True"]),
+    ("ddlsc_tf", "0", ["0", "False"]),
+    # Imports Keras, and so TensorFlow, before its own ddlsc_tf imports.
+    ("experiments.benchmark", None, ["1", "True"]),
+])
+def test_onednn_default_and_user_choice(first_import, value, expected):
+  got = _probe(first_import, value)
   if got[1] == "None":
     pytest.skip("this TensorFlow cannot say whether oneDNN is on")
   assert got == expected
