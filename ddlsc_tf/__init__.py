@@ -7,9 +7,9 @@ fit_predict / transform); the Keras model it trains is
 
 import os as _os
 
-# TensorFlow's x86 CPU build runs oneDNN's kernels by default only on CPUs
-# with AVX-512 (VNNI, BF16) or AMX; elsewhere, an AVX2 AMD EPYC for one, it
-# falls back to its own kernels, about 3.4x slower here (RESULTS.md,
+# TensorFlow's x86 CPU build picks oneDNN's kernels by default only on some
+# CPUs: on an AVX-512 machine used here, not on an AVX2-only AMD EPYC,
+# where its own kernels made pre-training 3.4x slower (RESULTS.md,
 # "Speed (issue 4): oneDNN's kernels on an AVX2 CPU"). TensorFlow reads the
 # variable when it loads, so this only acts when ddlsc_tf is imported
 # first; a value the user set, such as 0, is kept.
