@@ -129,10 +129,17 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
 
 
 def compile_model(model, config):
-  """A fresh Adam per phase. No XLA: with op determinism on (every run),
-  Keras refuses jit_compile for this model and falls back (RESULTS.md)."""
+  """A fresh Adam per phase, built here. No XLA: with op determinism on
+  (every run), Keras refuses jit_compile for this model and falls back
+  (RESULTS.md).
+
+  Keras builds the optimizer on the first `apply_gradients`, inside the
+  traced train step when no distribution strategy is set; variables made
+  in a trace make TensorFlow trace the step a second time. Built here, each
+  phase's step is traced once (the graph that runs is the same)."""
   model.compile(optimizer=keras.optimizers.Adam(config.learning_rate),
                 jit_compile=False)
+  model.optimizer.build(model.trainable_variables)
 
 
 def recalibrate(model, images, config):
@@ -298,7 +305,6 @@ def _start_phase(model, phase, config, run, resume_state):
   compile_model(model, config)
   if resume_state is None:
     return None
-  model.optimizer.build(model.trainable_variables)
   assignments = run.checkpointer.restore(model, resume_state)
   logging.info("%s: resuming after epoch %d", phase, resume_state["epoch"])
   return assignments
