@@ -259,6 +259,16 @@ class DDLSC(keras.Model):
   def build(self, input_shape):
     del input_shape  # encoder and decoder are built on creation
 
+  def compile(self, *args, **kwargs):
+    """`keras.Model.compile`, then builds the optimizer for the trainable
+    variables. Keras otherwise builds it on the first `apply_gradients`,
+    inside the traced train step (when no distribution strategy is set),
+    and variables made in a trace have TensorFlow trace the step a second
+    time. The graph that runs is the same either way."""
+    super().compile(*args, **kwargs)
+    if self.optimizer is not None and not self.optimizer.built:
+      self.optimizer.build(self.trainable_variables)
+
   @property
   def phase(self):
     return self._phase

@@ -129,17 +129,11 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC, **extra):
 
 
 def compile_model(model, config):
-  """A fresh Adam per phase, built here. No XLA: with op determinism on
-  (every run), Keras refuses jit_compile for this model and falls back
-  (RESULTS.md).
-
-  Keras builds the optimizer on the first `apply_gradients`, inside the
-  traced train step when no distribution strategy is set; variables made
-  in a trace make TensorFlow trace the step a second time. Built here, each
-  phase's step is traced once (the graph that runs is the same)."""
+  """A fresh Adam per phase (built by `DDLSC.compile`, so each phase's
+  step is traced once). No XLA: with op determinism on (every run), Keras
+  refuses jit_compile for this model and falls back (RESULTS.md)."""
   model.compile(optimizer=keras.optimizers.Adam(config.learning_rate),
                 jit_compile=False)
-  model.optimizer.build(model.trainable_variables)
 
 
 def recalibrate(model, images, config):

@@ -62,6 +62,30 @@ def test_pretrain_steps_lower_the_loss(make_blobs):
   assert after < before - 0.05, (before, after)
 
 
+def test_each_compile_traces_the_train_step_once(monkeypatch, make_blobs):
+  # Keras alone builds the optimizer inside the first trace, and the
+  # variables made there have TensorFlow trace the step a second time.
+  x, labels = make_blobs()
+  model, _ = _model()
+  traced = []
+  plain = type(model).train_step
+
+  def counting(self, data):
+    traced.append(self.phase)
+    return plain(self, data)
+
+  monkeypatch.setattr(type(model), "train_step", counting)
+  assert model.optimizer.built
+  model.fit(x, labels, batch_size=32, epochs=2, verbose=0)
+  assert traced == ["pretrain"]
+  model.phase = "cluster1"
+  model.compile(optimizer=keras.optimizers.Adam(1e-2))
+  assignments = np.zeros(len(x), np.int32)
+  model.fit(tf.data.Dataset.from_tensors((x, labels, assignments)),
+            epochs=2, verbose=0)
+  assert traced == ["pretrain", "cluster1"]
+
+
 def test_unknown_phase_is_rejected():
   model, _ = _model()
   with pytest.raises(ValueError, match="'bogus'"):
