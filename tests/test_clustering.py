@@ -206,13 +206,14 @@ def test_stage_two_takes_its_own_softmax_scale(make_blobs):
     return _fit_stage(model, phase, x, labels, epochs=2)[1]
 
   own = dict(softmax_scale=10.0, cluster2_softmax_scale=30.0)
-  np.testing.assert_allclose(first_losses("cluster2", **own),
+  own_stage_two = first_losses("cluster2", **own)
+  np.testing.assert_allclose(own_stage_two,
                              first_losses("cluster2", softmax_scale=30.0),
                              rtol=1e-5)
   np.testing.assert_allclose(first_losses("cluster1", **own),
                              first_losses("cluster1", softmax_scale=10.0),
                              rtol=1e-5)
-  assert not np.allclose(first_losses("cluster2", **own),
+  assert not np.allclose(own_stage_two,
                          first_losses("cluster2", softmax_scale=10.0),
                          rtol=1e-3)
 

@@ -76,13 +76,6 @@ def test_result_json_is_complete(smoke):
   assert list((workdir / "tb").glob("events.out.tfevents.*"))
 
 
-def test_same_seed_same_numbers(smoke, tmp_path, tfds_data_dir,
-                                mnist_manual_dir):
-  _, first = smoke
-  second = _run(tmp_path, tfds_data_dir, mnist_manual_dir)
-  assert _scores(first) == _scores(second)
-
-
 def test_later_phase_starts_from_saved_model(smoke, tmp_path, tfds_data_dir,
                                              mnist_manual_dir):
   workdir, _ = smoke
@@ -127,7 +120,12 @@ def test_killed_run_resumes_to_the_same_result(smoke, tmp_path,
                                                tfds_data_dir,
                                                mnist_manual_dir):
   """SIGKILL after the first checkpoint, then --resume: the run finishes
-  with the numbers of the uninterrupted smoke run (same flags, same seed)."""
+  with the numbers of the uninterrupted smoke run (same flags, same seed).
+
+  This is also the same-seed check: the epochs before the kill come from
+  a second process and the rest from a third, and every ACC/NMI/ARI must
+  equal the smoke run's. (A separate rerun of the smoke run checked the
+  same thing for ~45 s of CI; RESULTS.md, "Session 63".)"""
   cmd = [sys.executable, "-m", "experiments.run", "--dataset=tiny",
          f"--workdir={tmp_path}", f"--data_dir={tfds_data_dir}",
          f"--manual_dir={mnist_manual_dir}"]
