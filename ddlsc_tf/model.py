@@ -269,6 +269,11 @@ class DDLSC(keras.Model):
     if self.optimizer is not None and not self.optimizer.built:
       self.optimizer.build(self.trainable_variables)
 
+  def compile_from_config(self, config):
+    """What `keras.saving.load_model` calls: Keras's own version skips
+    (with a warning) any model whose class overrides `compile`."""
+    self.compile(**keras.saving.deserialize_keras_object(config))
+
   @property
   def phase(self):
     return self._phase

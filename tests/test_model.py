@@ -1,6 +1,7 @@
 """The Keras model: a pre-training step lowers the loss; save/reload."""
 
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -84,6 +85,20 @@ def test_each_compile_traces_the_train_step_once(monkeypatch, make_blobs):
   model.fit(tf.data.Dataset.from_tensors((x, labels, assignments)),
             epochs=2, verbose=0)
   assert traced == ["pretrain", "cluster1"]
+
+
+def test_a_reloaded_model_is_compiled_as_saved(tmp_path, make_blobs):
+  x, labels = make_blobs()
+  model, _ = _model()
+  model.fit(x, labels, batch_size=32, epochs=1, verbose=0)
+  model.save(tmp_path / "model.keras")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", UserWarning)
+    reloaded = keras.models.load_model(tmp_path / "model.keras")
+  assert isinstance(reloaded.optimizer, keras.optimizers.Adam)
+  assert reloaded.optimizer.built
+  assert float(reloaded.optimizer.learning_rate) == pytest.approx(1e-2)
+  assert int(reloaded.optimizer.iterations) == int(model.optimizer.iterations)
 
 
 def test_unknown_phase_is_rejected():
