@@ -20,8 +20,27 @@ import tempfile
 import numpy as np
 
 
+def check_output_path(path, name="output"):
+  """Raises unless `path` can be written: its folder exists and it is not
+  a folder itself. Call it before the work whose result goes there.
+
+  Raises:
+    FileNotFoundError: the folder `path` would go in does not exist.
+    IsADirectoryError: `path` is a folder.
+  """
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(
+        f"{name} {path}: its folder {folder} does not exist; create it "
+        f"first or write elsewhere.")
+  if os.path.isdir(path):
+    raise IsADirectoryError(
+        f"{name} {path} is a folder; give a file name to write.")
+
+
 def write_atomic(path, write, suffix):
   """Calls write(tmp) on a temp file beside `path`, then renames it there."""
+  check_output_path(path)
   folder = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ddlsc-tmp-", suffix=suffix)
   os.close(fd)

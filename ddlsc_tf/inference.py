@@ -55,6 +55,8 @@ def predict_path(model, images_path, *, out_csv=None, batch_size=1000):
     (names [N] list of str, clusters [N] int, scores [N] float: the cosine
     to the chosen centroid).
   """
+  if out_csv is not None:
+    checkpoints.check_output_path(out_csv, "out_csv")  # before the work
   h, w, c = model.image_shape
   loaded = image_folder.load_images_from_path(
       images_path, image_size=(h, w), channels=c)

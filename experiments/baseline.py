@@ -21,6 +21,8 @@ flags.DEFINE_string("out", None, "Optional JSON output path.")
 
 def main(argv):
   del argv
+  if FLAGS.out:
+    checkpoints.check_output_path(FLAGS.out, "--out")
   config = configs.get_preset(FLAGS.dataset).replace(seed=FLAGS.seed)
   if FLAGS.kmeans_n_init is not None:
     config = config.replace(kmeans_n_init=FLAGS.kmeans_n_init)

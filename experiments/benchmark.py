@@ -51,6 +51,7 @@ def _use_the_unoptimised_network():
 
 def main(argv):
   del argv
+  checkpoints.check_output_path(FLAGS.out, "--out")
   if FLAGS.unoptimised_network:
     _use_the_unoptimised_network()
   config = config_flags.resolve(configs.get_preset(FLAGS.dataset))

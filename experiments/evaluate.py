@@ -25,6 +25,8 @@ config_flags.define_overrides()
 
 def main(argv):
   del argv
+  if FLAGS.out:
+    checkpoints.check_output_path(FLAGS.out, "--out")
   result = train.evaluate_saved(
       FLAGS.model, changes=config_flags.changes(), data_dir=FLAGS.data_dir,
       manual_dir=FLAGS.manual_dir)

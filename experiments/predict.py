@@ -13,6 +13,7 @@ import collections
 from absl import app
 from absl import flags
 
+from ddlsc_tf import checkpoints
 from ddlsc_tf import inference
 
 FLAGS = flags.FLAGS
@@ -25,6 +26,7 @@ flags.DEFINE_string("out", "clusters.csv", "CSV to write.")
 
 def main(argv):
   del argv
+  checkpoints.check_output_path(FLAGS.out, "--out")
   model = inference.load_trained(FLAGS.model)
   _, clusters, _ = inference.predict_path(model, FLAGS.images,
                                           out_csv=FLAGS.out)

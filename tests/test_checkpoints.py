@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -19,6 +20,18 @@ def test_failed_json_write_keeps_the_old_file_and_no_temp(tmp_path):
     checkpoints.write_json_atomic(str(path), {"acc": object()})
   assert json.loads(path.read_text()) == {"acc": 0.5}
   assert sorted(os.listdir(tmp_path)) == ["result.json"]
+
+
+def test_writes_to_a_missing_folder_or_onto_a_folder_name_the_path(tmp_path):
+  missing = tmp_path / "missing" / "result.json"
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f"output {missing}: its folder {tmp_path / 'missing'} does not exist")):
+    checkpoints.write_json_atomic(str(missing), {"acc": 0.5})
+  with pytest.raises(IsADirectoryError, match=re.escape(
+      f"--out {tmp_path} is a folder")):
+    checkpoints.check_output_path(str(tmp_path), "--out")
+  assert not os.listdir(tmp_path)
+  checkpoints.check_output_path(str(tmp_path / "r.json"))  # writable
 
 
 def test_report_json_prints_and_writes_only_when_asked(tmp_path, capsys):
