@@ -328,7 +328,7 @@ class Config:
           f"learning_rate must be > 0, got {self.learning_rate}.")
     if self.lambda_g and not self.anchor_groups:
       raise ValueError(f"lambda_g={self.lambda_g} needs anchor_groups (its "
-                       f"groups); set --anchor_groups or --lambda_g=0.")
+                       f"groups); set anchor_groups=True or lambda_g=0.")
     if self.tsne_points < 0 or 0 < self.tsne_points < 50:
       raise ValueError(f"tsne_points must be 0 (no pictures) or >= 50, got "
                        f"{self.tsne_points}.")
@@ -350,7 +350,7 @@ class Config:
       raise ValueError(
           f"batch_neighbours must be in [0, knn_k={self.knn_k}), got "
           f"{self.batch_neighbours} (a smaller knn_k needs a smaller "
-          f"--batch_neighbours; 0 turns neighbour-grouped batches off).")
+          f"batch_neighbours; 0 turns neighbour-grouped batches off).")
     if self.spectral_graph not in metrics_lib.SPECTRAL_GRAPHS:
       raise ValueError(f"spectral_graph must be one of "
                        f"{list(metrics_lib.SPECTRAL_GRAPHS)}, got "
@@ -381,8 +381,8 @@ class Config:
     if self.embed_copies and not self.augment:
       raise ValueError(
           f"embed_copies={self.embed_copies} needs augment (the copies' "
-          f"random maps), which is empty; set --augment or "
-          f"--embed_copies=0.")
+          f"random maps), which is empty; set augment or "
+          f"embed_copies=0.")
     if not 0.0 < self.augment_fraction <= 1.0:
       raise ValueError(f"augment_fraction must be in (0, 1], got "
                        f"{self.augment_fraction}.")

@@ -104,7 +104,14 @@ class DDLSC:
     saved = os.path.join(workdir, "config.json")
     overwrite = (os.path.exists(saved) and
                  checkpoints.read_json(saved).get("dataset") == "array")
-    train.prepare_workdir(workdir, config, resume=False, overwrite=overwrite)
+    try:
+      train.prepare_workdir(workdir, config, resume=False,
+                            overwrite=overwrite)
+    except FileExistsError as e:
+      raise FileExistsError(
+          f"workdir={workdir!r} holds a run that fit did not write, and fit "
+          f"replaces only its own: pass another workdir, or None for a "
+          f"temporary one. ({e})") from None
     self.model_, self.result_ = train.run_phases(
         config, images, labels, workdir, verbose=self.verbose)
     self.config_ = config

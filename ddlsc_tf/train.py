@@ -522,7 +522,7 @@ def _pictures(model, images, labels, config, workdir, phase, phase_result):
     # Before the embedding, k-means and t-SNE: they took 1-2 minutes per
     # MNIST phase for figures that could not be drawn (RESULTS.md, MNIST,
     # "Session 49").
-    logging.warning("no pictures for %s: %s (--tsne_points=0 turns the "
+    logging.warning("no pictures for %s: %s (tsne_points=0 turns the "
                     "pictures off)", phase, plots.MISSING_MATPLOTLIB)
     return
   z = embed(model, images, config, phase=phase)
@@ -594,7 +594,7 @@ def check_config_for_data(config, num_examples):
   if config.batch_size > num_examples:
     raise ValueError(
         f"batch_size {config.batch_size} is larger than the dataset "
-        f"({num_examples} images); use --batch_size <= {num_examples}.")
+        f"({num_examples} images); use a batch_size <= {num_examples}.")
   if config.num_clusters > num_examples:
     raise ValueError(
         f"num_clusters {config.num_clusters} is more than the "
@@ -659,9 +659,9 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
           + ". Resume with the same flags, or use another workdir.")
   elif found and not resume:
     raise FileExistsError(
-        f"workdir {workdir} already holds a run ({', '.join(found)}); pass "
-        f"--resume to continue it, --overwrite to replace it, or choose "
-        f"another --workdir.")
+        f"workdir {workdir} already holds a run ({', '.join(found)}); "
+        f"continue it with resume=True (--resume), replace it with "
+        f"overwrite=True (--overwrite), or choose another workdir.")
   os.makedirs(workdir, exist_ok=True)
   checkpoints.remove_temp_files(workdir)
   checkpoints.write_json_atomic(config_path, config.to_dict())
@@ -840,7 +840,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
       raise ValueError(
           f"cannot resume the run in {workdir}: it trained on "
           f"{result['num_examples']} images, the data now has {len(images)}."
-          f" Resume on the same data, or use --overwrite.")
+          f" Resume on the same data, or overwrite the run.")
     if state.get("phase") is None:  # saved at a phase boundary
       checkpointer.restore(model, state)
     logging.info("resuming %s: phases done %s", workdir, done)
