@@ -138,6 +138,20 @@ def _check_manual_archive(builder, archive, manual_dir):
         f"(here: manual_dir={folder!r}; see README, 'Data offline').")
 
 
+def _check_own_image_options(dataset, spec, image_size, channels):
+  """Raises if image_size or channels ask a TFDS dataset for images other
+  than its own: they resize and convert own images only."""
+  for field, value, own in (("image_size", image_size, spec.image_size),
+                            ("channels", channels, spec.channels)):
+    if value is not None and (
+        (value, value) if field == "image_size" else value) != own:
+      raise ValueError(
+          f"{field}={value} does not apply to {dataset}, whose images are "
+          f"{spec.image_size[0]}x{spec.image_size[1]} with {spec.channels} "
+          f"channel(s): {field} resizes or converts own images "
+          f"({FOLDER_PREFIX}PATH) only. Leave it unset.")
+
+
 def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
                 image_size=None, channels=None):
   """Loads a whole dataset with TFDS, or the user's images.
@@ -153,8 +167,10 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
       TFDS's default <data_dir>/downloads/manual).
     max_examples: keep only the first N images (None: all); for a folder,
       N evenly spaced ones.
-    image_size: folder only: resize to image_size x image_size.
-    channels: folder only: 1 or 3 (None: 1 if every image is gray).
+    image_size: folder only: resize to image_size x image_size (for a
+      TFDS dataset only None or its own size).
+    channels: folder only: 1 or 3 (None: 1 if every image is gray; for a
+      TFDS dataset only None or its own).
 
   Returns:
     (images [N, H, W, C] float32 in [0, 1], labels [N] int64, or None for
@@ -162,7 +178,8 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
     `DATASETS[dataset].image_size` and C its `channels`.
 
   Raises:
-    ValueError: unknown dataset, max_examples < 1, or a corrupt archive.
+    ValueError: unknown dataset, max_examples < 1, image_size or channels
+      other than a TFDS dataset's own, or a corrupt archive.
     FileNotFoundError: manual_dir is not a folder or lacks the dataset's
       files, and the dataset is not prepared yet.
   """
@@ -175,6 +192,7 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
         max_examples=max_examples)
     return loaded.images, loaded.labels
   spec = _spec(dataset)
+  _check_own_image_options(dataset, spec, image_size, channels)
   if manual_dir is not None and not os.path.isdir(manual_dir):
     raise FileNotFoundError(
         f"manual_dir {manual_dir!r} is not a folder; it should hold the "

@@ -7,6 +7,12 @@ fails in a line instead of deep inside TensorFlow.
 import numpy as np
 
 
+# How to give images the channels a model takes.
+_CONVERT = {1: "gray: average the colour channels, X.mean(axis=-1)",
+            3: "RGB: repeat the gray channel, "
+               "np.repeat(X.reshape(*X.shape[:3], 1), 3, axis=-1)"}
+
+
 def check_images(images, *, expected_shape=None, name="images"):
   """Validates a batch of images and returns it as float32 in [0, 1].
 
@@ -41,11 +47,17 @@ def check_images(images, *, expected_shape=None, name="images"):
                      f"{array.shape}.")
   if expected_shape is not None and tuple(array.shape[1:]) != tuple(
       expected_shape):
+    if tuple(array.shape[1:3]) == tuple(expected_shape[:2]):
+      raise ValueError(
+          f"{name} have {array.shape[3]} channel(s) per image, but the "
+          f"model takes {expected_shape[2]} (shape {tuple(expected_shape)});"
+          f" convert them first ({_CONVERT[expected_shape[2]]}).")
     raise ValueError(
         f"{name} have shape {tuple(array.shape[1:])} per image, but the "
         f"model takes {tuple(expected_shape)}; resize them first.")
   if array.dtype == np.uint8:
     return array.astype(np.float32) / 255.0
+  dtype = array.dtype
   array = array.astype(np.float32, copy=False)
   finite = np.isfinite(array)
   if not finite.all():
@@ -55,9 +67,12 @@ def check_images(images, *, expected_shape=None, name="images"):
         f"index {tuple(int(i) for i in bad)}: {array[tuple(bad)]}).")
   low, high = float(array.min()), float(array.max())
   if low < 0.0 or high > 1.0:
+    fix = ("pass 0-255 pixels as uint8 (X.astype(np.uint8)), or rescale "
+           "to [0, 1]" if np.issubdtype(dtype, np.integer) else
+           "divide by 255 (or rescale) first")
     raise ValueError(
-        f"{name} must be uint8 in 0-255 or float in [0, 1], got float "
-        f"values in [{low:g}, {high:g}]; divide by 255 (or rescale) first.")
+        f"{name} must be uint8 in 0-255 or float in [0, 1], got {dtype} "
+        f"values in [{low:g}, {high:g}]; {fix}.")
   return array
 
 

@@ -79,7 +79,9 @@ ESTIMATOR_CASES = [
     ("rank 2", np.zeros((10, 28), np.float32), ValueError, "(10, 28)"),
     ("rank 5", np.zeros((2, 3, 28, 28, 1), np.float32), ValueError,
      "(2, 3, 28, 28, 1)"),
-    ("out of range", IMAGES * 255, ValueError, "got float values in ["),
+    ("out of range", IMAGES * 255, ValueError, "got float32 values in ["),
+    ("int64 pixels", np.arange(20 * 28 * 28).reshape(20, 28, 28) % 256,
+     ValueError, "got int64 values in [0, 255]; pass 0-255 pixels as uint8"),
     ("strings", np.array([["a"]]), TypeError, "dtype <U1"),
 ]
 
@@ -118,6 +120,45 @@ def test_estimator_predict_rejects_another_image_shape():
   with pytest.raises(ValueError, match=re.escape(
       "have shape (16, 16, 1) per image, but the model takes (28, 28, 1)")):
     estimator.predict(np.zeros((4, 16, 16), np.float32))
+
+
+def test_estimator_predict_names_a_channel_mismatch():
+  estimator = DDLSC(n_clusters=10)
+  estimator.model_ = train.build_model(configs.TINY, (28, 28, 1))
+  with pytest.raises(ValueError, match=re.escape(
+      "have 3 channel(s) per image, but the model takes 1")):
+    estimator.predict(np.zeros((4, 28, 28, 3), np.float32))
+
+
+def test_estimator_refuses_a_workdir_with_another_run(tmp_path):
+  train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
+                        overwrite=False)
+  (tmp_path / "result.json").write_text("{}")
+  with pytest.raises(FileExistsError, match=re.escape(
+      f"workdir={str(tmp_path)!r} holds a run that fit did not write")):
+    DDLSC(n_clusters=3, workdir=str(tmp_path)).fit(IMAGES)
+  assert (tmp_path / "result.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("option, message", [
+    ({"image_size": 16}, "image_size=16 does not apply to mnist"),
+    ({"channels": 3}, "channels=3 does not apply to mnist"),
+])
+def test_own_image_options_are_refused_for_tfds_datasets(option, message,
+                                                          tmp_path):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    data.load_images("mnist", data_dir=str(tmp_path), **option)
+  assert not os.listdir(tmp_path)  # refused before TFDS touched anything
+
+
+def test_predict_checks_its_csv_path_before_the_work(tmp_path):
+  model = train.build_model(configs.TINY, (28, 28, 1))
+  out = tmp_path / "missing" / "clusters.csv"
+  # The images path does not exist either: the CSV's folder is named first.
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f"out_csv {out}: its folder {tmp_path / 'missing'} does not exist")):
+    inference.predict_path(model, str(tmp_path / "no-images"),
+                           out_csv=str(out))
 
 
 def test_workdir_with_another_run_is_refused(tmp_path):
