@@ -107,11 +107,12 @@ class DDLSC:
     try:
       train.prepare_workdir(workdir, config, resume=False,
                             overwrite=overwrite)
-    except FileExistsError as e:
+    except FileExistsError:
       raise FileExistsError(
-          f"workdir={workdir!r} holds a run that fit did not write, and fit "
-          f"replaces only its own: pass another workdir, or None for a "
-          f"temporary one. ({e})") from None
+          f"workdir={workdir!r} holds a run that fit did not write "
+          f"({', '.join(train.run_outputs(workdir))}), and fit replaces only "
+          f"its own: pass another workdir, or None for a temporary one."
+      ) from None
     self.model_, self.result_ = train.run_phases(
         config, images, labels, workdir, verbose=self.verbose)
     self.config_ = config

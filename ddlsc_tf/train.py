@@ -618,7 +618,8 @@ _RUN_OUTPUTS = ("config.json", "result.json", "checkpoint", "tb", "export",
                                        for p in model_lib.DDLSC.PHASES)
 
 
-def _run_outputs(workdir):
+def run_outputs(workdir):
+  """The names of what a run wrote in `workdir` (what overwrite removes)."""
   names = [n for n in _RUN_OUTPUTS if os.path.exists(os.path.join(workdir, n))]
   for pattern in ("tsne_*.png", "confusion_*.png"):
     names += sorted(os.path.basename(p) for p in glob.glob(
@@ -632,7 +633,7 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
     raise ValueError("resume and overwrite exclude each other: resume "
                      "continues the run in the workdir, overwrite deletes it.")
   config_path = os.path.join(workdir, "config.json")
-  found = _run_outputs(workdir)
+  found = run_outputs(workdir)
   if found and overwrite and init_from is not None and any(
       os.path.realpath(os.path.join(workdir, n)) == os.path.realpath(
           init_from) for n in found):
