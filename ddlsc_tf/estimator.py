@@ -91,6 +91,9 @@ class DDLSC:
     config = configs.for_images(images.shape[1:],
                                 num_clusters=int(self.n_clusters),
                                 num_examples=len(images), **self._overrides)
+    # Before the workdir is touched: a refit that cannot run keeps the
+    # earlier fit's outputs.
+    train.check_config_for_data(config, len(images))
     if self.workdir is None:
       with tempfile.TemporaryDirectory(prefix="ddlsc-") as workdir:
         self._fit_in(workdir, config, images, labels)
@@ -108,9 +111,12 @@ class DDLSC:
       train.prepare_workdir(workdir, config, resume=False,
                             overwrite=overwrite)
     except FileExistsError:
+      found = train.run_outputs(workdir)
+      if not found:
+        raise
       raise FileExistsError(
           f"workdir={workdir!r} holds a run that fit did not write "
-          f"({', '.join(train.run_outputs(workdir))}), and fit replaces only "
+          f"({', '.join(found)}), and fit replaces only "
           f"its own: pass another workdir, or None for a temporary one."
       ) from None
     self.model_, self.result_ = train.run_phases(

@@ -629,6 +629,9 @@ def run_outputs(workdir):
 
 def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
   """Refuses a workdir holding another run unless told what to do."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise NotADirectoryError(
+        f"workdir {workdir} is a file, not a folder; choose another workdir.")
   if resume and overwrite:
     raise ValueError("resume and overwrite exclude each other: resume "
                      "continues the run in the workdir, overwrite deletes it.")

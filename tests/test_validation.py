@@ -252,6 +252,30 @@ def test_estimator_keeps_a_workdir_that_holds_another_run(tmp_path):
     DDLSC(n_clusters=3, workdir=str(tmp_path), pretrain_epochs=1).fit(IMAGES)
 
 
+def test_a_refit_that_cannot_run_keeps_the_earlier_fit(tmp_path):
+  # What an earlier fit left: fit replaces its own outputs, but only once
+  # the new fit is known to be able to run.
+  earlier = configs.for_images((28, 28, 1), num_clusters=3, num_examples=20)
+  train.prepare_workdir(str(tmp_path), earlier, resume=False, overwrite=False)
+  (tmp_path / "result.json").write_text('{"earlier": true}')
+  with pytest.raises(ValueError, match=re.escape(
+      "batch_size 100 is larger than the dataset (20 images)")):
+    DDLSC(n_clusters=3, workdir=str(tmp_path), batch_size=100).fit(IMAGES)
+  assert (tmp_path / "result.json").read_text() == '{"earlier": true}'
+
+
+def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path):
+  path = tmp_path / "notes.txt"
+  path.write_text("mine")
+  message = re.escape(f"workdir {path} is a file, not a folder")
+  with pytest.raises(NotADirectoryError, match=message):
+    train.prepare_workdir(str(path), configs.TINY, resume=False,
+                          overwrite=False)
+  with pytest.raises(NotADirectoryError, match=message):
+    DDLSC(n_clusters=3, workdir=str(path), pretrain_epochs=1).fit(IMAGES)
+  assert path.read_text() == "mine"
+
+
 def test_estimator_batch_override_keeps_k_valid():
   config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=1000,
                               batch_size=8)
