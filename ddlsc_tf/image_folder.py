@@ -8,8 +8,9 @@ Two folder layouts are read:
   PATH/001.png, PATH/002.jpg, ...           no labels
 
 Files are read in sorted order, so a folder always loads the same way. Names
-starting with "." (e.g. macOS "._x.png" resource files) are skipped, and only
-the first level of sub-folders is looked at.
+starting with "." (e.g. macOS "._x.png" resource files) are skipped. An image
+two or more sub-folders down (PATH/cat/small/001.png) fits neither layout and
+is refused by name rather than left out.
 """
 
 import os
@@ -197,8 +198,28 @@ def _is_image(entry):
           and entry.suffix.lower() in EXTENSIONS)
 
 
+def _hidden(relative):
+  return any(part.startswith(".") for part in relative.parts)
+
+
+def _first_deeper_image(root):
+  """The first image two or more sub-folders below `root`, or None."""
+  for path in sorted(root.glob("*/*/**/*")):
+    relative = path.relative_to(root)
+    if not _hidden(relative) and _is_image(path):
+      return relative
+  return None
+
+
 def _list_images(root):
   """(relative file names, labels [N] int64 or None, class names or None)."""
+  deeper = _first_deeper_image(root)
+  if deeper is not None:
+    raise ValueError(
+        f"{root} holds {deeper}, {len(deeper.parts) - 1} sub-folders down; "
+        f"images are read directly in {root} (unlabelled) or one level down, "
+        f"in one sub-folder per class (labelled). Move the images up, or "
+        f"point at a folder with one of these layouts.")
   direct = sorted(entry.name for entry in root.iterdir() if _is_image(entry))
   per_class = {}
   for folder in sorted(root.iterdir()):

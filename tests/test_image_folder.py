@@ -130,6 +130,25 @@ def test_images_both_direct_and_in_sub_folders_are_ambiguous(tmp_path):
     image_folder.load_image_folder(tmp_path)
 
 
+@pytest.mark.parametrize("deeper, beside", [
+    ("cat/small/0.png", "cat/1.png"),  # below a class folder's own images
+    ("2024/cat/0.png", None),          # a layout one level too deep
+])
+def test_an_image_deeper_than_one_sub_folder_is_named(tmp_path, deeper,
+                                                       beside):
+  if beside:
+    _write(tmp_path / beside, _gray(4, 4))
+  _write(tmp_path / deeper, _gray(4, 4))
+  with pytest.raises(ValueError, match=rf"holds {deeper}, 2 sub-folders down"):
+    image_folder.load_image_folder(tmp_path)
+
+
+def test_hidden_folders_below_a_class_are_ignored(tmp_path):
+  _write(tmp_path / "cat" / "1.png", _gray(4, 4))
+  _write(tmp_path / "cat" / ".thumbs" / "1.png", _gray(4, 4))
+  assert image_folder.load_image_folder(tmp_path).file_names == ["cat/1.png"]
+
+
 @pytest.mark.parametrize("options,bad", [
     ({"channels": 2}, "2"), ({"image_size": (0, 4)}, r"\(0, 4\)"),
     ({"image_size": 28}, "28"), ({"max_examples": 0}, "0")])
