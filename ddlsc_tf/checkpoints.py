@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -25,9 +26,12 @@ def check_output_path(path, name="output"):
   a folder itself. Call it before the work whose result goes there.
 
   Raises:
+    ValueError: `path` is empty.
     FileNotFoundError: the folder `path` would go in does not exist.
     IsADirectoryError: `path` is a folder.
   """
+  if not path:
+    raise ValueError(f"{name} is empty; give a file name to write.")
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
     raise FileNotFoundError(
@@ -36,6 +40,25 @@ def check_output_path(path, name="output"):
   if os.path.isdir(path):
     raise IsADirectoryError(
         f"{name} {path} is a folder; give a file name to write.")
+
+
+def check_keras_file(path, name="model"):
+  """Raises unless `path` is a readable .keras archive (a zip file).
+
+  Keras reports a truncated or foreign file as "File not found", and
+  `load_weights` as a bare BadZipFile; this names what is wrong instead.
+
+  Raises:
+    FileNotFoundError: nothing at `path`, or a folder.
+    ValueError: a file that is not a zip archive.
+  """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{name} {path}: no such file.")
+  if not zipfile.is_zipfile(path):
+    raise ValueError(
+        f"{name} {path} is not a .keras archive (a zip file): it may be "
+        f"truncated, e.g. by a copy that did not finish, or another format. "
+        f"Save it again with model.save(...) or use another file.")
 
 
 def write_atomic(path, write, suffix):
@@ -85,8 +108,10 @@ def report_json(payload, out=None):
 
 
 def write_text_atomic(path, text):
+  """Writes text as UTF-8. A file name that is not UTF-8 (read by Python as
+  surrogate escapes) is written back as its own bytes, not refused."""
   def write(tmp):
-    with open(tmp, "w") as f:
+    with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
       f.write(text)
   write_atomic(path, write, ".txt")
 

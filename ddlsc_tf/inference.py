@@ -24,6 +24,7 @@ def load_trained(path):
     raise FileNotFoundError(
         f"no trained model at {file}: pass a run's workdir (holding "
         f"model.keras) or a .keras file.")
+  checkpoints.check_keras_file(file)
   try:
     model = keras.models.load_model(file)
   except Exception as e:  # Keras raises several types for a bad archive

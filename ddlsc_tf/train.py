@@ -820,6 +820,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   if state is None and init_from is not None:
     # Weights only: the hyper-parameters are this run's config, not the
     # saved model's, so flags given with --init_from take effect.
+    checkpoints.check_keras_file(init_from, "init_from")
     try:
       model.load_weights(init_from)
     except (ValueError, KeyError) as e:
@@ -899,7 +900,8 @@ def evaluate_saved(model_path, *, changes=None, data_dir=None,
 
   Raises:
     FileNotFoundError: no model or no config.json beside it.
-    ValueError: not a DDLSC model, or a dataset without labels.
+    ValueError: not a .keras archive, not a DDLSC model, a run fit from
+      in-memory arrays (nothing to load), or a dataset without labels.
   """
   config_path = os.path.join(os.path.dirname(os.path.abspath(model_path)),
                              "config.json")
@@ -908,9 +910,21 @@ def evaluate_saved(model_path, *, changes=None, data_dir=None,
       raise FileNotFoundError(
           f"no {what} at {path}: pass a .keras file that a run wrote into "
           f"its workdir (beside its config.json).")
-  config = configs.from_saved(checkpoints.read_json(config_path))
+  saved = checkpoints.read_json(config_path)
+  if saved.get("dataset") == "array":
+    raise ValueError(
+        f"the run of {model_path} was fit from in-memory arrays "
+        f"(ddlsc_tf.DDLSC.fit), which were not saved with it, so there is "
+        f"no dataset to load and score. Score it on those arrays: fit(X, y) "
+        f"reports ACC/NMI/ARI in result_, and "
+        f"metrics.clustering_scores(y, estimator.predict(X)) scores any.")
+  config = configs.from_saved(saved)
   config = config.replace(**(changes or {}))
-  model = keras.models.load_model(model_path)
+  checkpoints.check_keras_file(model_path)
+  try:
+    model = keras.models.load_model(model_path)
+  except Exception as e:  # Keras raises several types for a bad archive
+    raise ValueError(f"cannot load the model {model_path}: {e}") from e
   if not isinstance(model, model_lib.DDLSC):
     raise ValueError(f"{model_path} is not a DDLSC model.")
   images, labels = data.load_images(

@@ -161,6 +161,20 @@ def test_predict_checks_its_csv_path_before_the_work(tmp_path):
                            out_csv=str(out))
 
 
+def test_predict_writes_a_file_name_that_is_not_utf8(tmp_path):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  folder = tmp_path / "images"
+  folder.mkdir()
+  png = tf.io.encode_png(tf.zeros((28, 28, 1), tf.uint8)).numpy()
+  with open(os.path.join(os.fsencode(folder), b"caf\xe9.png"), "wb") as f:
+    f.write(png)  # Latin-1 "café", as an old camera or archive may name it
+  model = train.build_model(configs.TINY, (28, 28, 1))
+  out = tmp_path / "clusters.csv"
+  names, _, _ = inference.predict_path(model, str(folder), out_csv=str(out))
+  assert names == [os.fsdecode(b"caf\xe9.png")]
+  assert out.read_bytes().splitlines()[1].startswith(b"caf\xe9.png,")
+
+
 def test_workdir_with_another_run_is_refused(tmp_path):
   config = configs.TINY
   train.prepare_workdir(str(tmp_path), config, resume=False, overwrite=False)
@@ -217,6 +231,39 @@ def test_predict_names_a_missing_model(tmp_path):
   bad.write_bytes(b"not a zip")
   with pytest.raises(ValueError, match=re.escape(str(bad))):
     inference.load_trained(str(bad))
+
+
+def test_a_truncated_keras_file_is_named_as_such_at_every_load(tmp_path):
+  whole = tmp_path / "pretrain.keras"
+  train.build_model(configs.TINY, (28, 28, 1)).save(str(whole))
+  cut = tmp_path / "run" / "pretrain.keras"
+  config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=20)
+  train.prepare_workdir(str(cut.parent), configs.TINY, resume=False,
+                        overwrite=False)
+  cut.write_bytes(whole.read_bytes()[:whole.stat().st_size // 2])
+  message = re.escape(f"{cut} is not a .keras archive (a zip file)")
+  with pytest.raises(ValueError, match=message):
+    inference.load_trained(str(cut))
+  with pytest.raises(ValueError, match=message):
+    train.evaluate_saved(str(cut))
+  with pytest.raises(ValueError, match="init_from " + message):
+    train.run_phases(config, IMAGES, None, str(tmp_path / "new"),
+                     init_from=str(cut))
+
+
+def test_evaluate_saved_says_an_estimator_run_has_no_dataset(tmp_path):
+  config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=20)
+  train.prepare_workdir(str(tmp_path), config, resume=False, overwrite=False)
+  (tmp_path / "model.keras").write_bytes(b"a model")
+  with pytest.raises(ValueError, match=re.escape(
+      "was fit from in-memory arrays (ddlsc_tf.DDLSC.fit), which were not "
+      "saved with it")):
+    train.evaluate_saved(str(tmp_path / "model.keras"))
+
+
+def test_an_empty_output_path_is_refused_before_the_work():
+  with pytest.raises(ValueError, match="out_csv is empty"):
+    inference.predict_path(None, "no-images", out_csv="")
 
 
 @pytest.mark.parametrize("changes, message", [
