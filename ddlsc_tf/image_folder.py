@@ -136,6 +136,14 @@ def load_array(path):
   path = os.fspath(path)
   if not os.path.exists(path):
     raise FileNotFoundError(f"array file {path} does not exist.")
+  with open(path, "rb") as f:
+    head = f.read(len(np.lib.format.MAGIC_PREFIX))
+  if head[:2] == b"PK":
+    raise ValueError(f"{path} is not a single .npy array (an .npz archive?).")
+  if head != np.lib.format.MAGIC_PREFIX:
+    # np.load would blame pickling (allow_pickle) for any other file.
+    raise ValueError(f"{path} is not a .npy file (it does not start with "
+                     f"NumPy's header); save the images with np.save.")
   try:
     images = np.load(path, allow_pickle=False)
   except (ValueError, OSError) as e:

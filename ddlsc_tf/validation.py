@@ -30,7 +30,12 @@ def check_images(images, *, expected_shape=None, name="images"):
     TypeError: not numeric.
     ValueError: empty, wrong rank or shape, NaN/inf, or out of range.
   """
-  array = np.asarray(images)
+  try:
+    array = np.asarray(images)
+  except ValueError as e:  # a ragged list: NumPy's message does not name it
+    raise ValueError(
+        f"{name} is not one rectangular array (images of different sizes, "
+        f"or lists of different lengths?): {e}") from None
   if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
     raise TypeError(f"{name} must be numeric, got dtype {array.dtype}.")
   if array.ndim == 3:

@@ -188,6 +188,17 @@ def test_bad_arrays_name_the_file_and_the_problem(tmp_path, array, message):
     image_folder.load_array(tmp_path / "bad.npy")
 
 
+@pytest.mark.parametrize("content, message", [
+    (b"0.1,0.2\n0.3,0.4\n", "is not a .npy file"),  # a CSV renamed
+    (b"PK\x03\x04 rest of an archive",
+     r"is not a single \.npy array \(an \.npz"),
+])
+def test_a_file_that_is_not_npy_is_named_as_such(tmp_path, content, message):
+  (tmp_path / "x.npy").write_bytes(content)
+  with pytest.raises(ValueError, match=rf"x\.npy {message}"):
+    image_folder.load_array(tmp_path / "x.npy")
+
+
 def test_load_images_from_path_reads_arrays(tmp_path):
   x = np.random.default_rng(0).integers(0, 256, (3, 8, 8), np.uint8)
   np.save(tmp_path / "x.npy", x)

@@ -130,6 +130,13 @@ def test_estimator_predict_names_a_channel_mismatch():
     estimator.predict(np.zeros((4, 28, 28, 3), np.float32))
 
 
+def test_a_ragged_list_of_images_is_named():
+  ragged = [np.zeros((28, 28)), np.zeros((16, 16))]
+  with pytest.raises(ValueError, match=re.escape(
+      "X is not one rectangular array (images of different sizes")):
+    DDLSC(n_clusters=3).fit(ragged)
+
+
 def test_estimator_refuses_a_workdir_with_another_run(tmp_path):
   train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
                         overwrite=False)
