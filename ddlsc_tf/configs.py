@@ -373,6 +373,10 @@ class Config:
       names = " or ".join(repr(n) for n in losses.GROUP_PUSHES)
       raise ValueError(f"group_push must be {names}, got "
                        f"{self.group_push!r}.")
+    if self.anchor_selection not in losses.ANCHOR_SELECTIONS:
+      names = ", ".join(repr(n) for n in losses.ANCHOR_SELECTIONS)
+      raise ValueError(f"anchor_selection must be one of {names}, got "
+                       f"{self.anchor_selection!r}.")
     if self.knn_features not in losses.KNN_FEATURES:
       names = ", ".join(repr(n) for n in losses.KNN_FEATURES)
       raise ValueError(f"knn_features must be one of {names}, got "

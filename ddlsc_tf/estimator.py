@@ -94,6 +94,7 @@ class DDLSC:
     # Before the workdir is touched: a refit that cannot run keeps the
     # earlier fit's outputs.
     train.check_config_for_data(config, len(images))
+    train.check_start(config, images.shape[1:])
     if self.workdir is None:
       with tempfile.TemporaryDirectory(prefix="ddlsc-") as workdir:
         self._fit_in(workdir, config, images, labels)

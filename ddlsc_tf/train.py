@@ -587,6 +587,36 @@ def check_phases(phases, init_from):
         f"phase (init_from=WORKDIR/{order[first - 1]}.keras).")
 
 
+def _load_start_weights(model, init_from):
+  # Weights only: the hyper-parameters are this run's config, not the
+  # saved model's, so flags given with --init_from take effect.
+  checkpoints.check_keras_file(init_from, "init_from")
+  try:
+    model.load_weights(init_from)
+  except (ValueError, KeyError) as e:
+    raise ValueError(
+        f"cannot start from {init_from!r}: its weights do not fit the "
+        f"network of this config ({e}).") from e
+
+
+def check_start(config, image_shape, *, init_from=None, build=None):
+  """Builds the network once, and loads init_from's weights into it: a
+  network the config cannot build, or a start it cannot take, fails
+  before the workdir (and an earlier run in it) is touched.
+
+  Args:
+    config: a `configs.Config`.
+    image_shape: (H, W, C) of the images.
+    init_from: a saved .keras model to start from, or None.
+    build: as `train_and_evaluate`; None: `build_model`.
+  """
+  check_phases(config.phases, init_from)
+  model = (build or build_model)(config, tuple(image_shape))
+  if init_from is not None:
+    _load_start_weights(model, init_from)
+  del model
+
+
 def check_config_for_data(config, num_examples):
   """What only the data's size can tell, checked before any training."""
   if num_examples < 1:
@@ -777,6 +807,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       max_examples=config.max_examples, image_size=config.image_size,
       channels=config.channels)
   check_config_for_data(config, len(images))
+  check_start(config, images.shape[1:], init_from=init_from, build=build)
   prepare_workdir(workdir, config, resume=resume, overwrite=overwrite,
                   init_from=init_from)
   # The run keeps one tensor copy of the images; the NumPy one goes.
@@ -807,6 +838,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     images = data.as_tensor(checked)  # one copy shared by every phase
   del checked
   labels = validation.check_labels(labels, len(images))
+  check_phases(config.phases, init_from)
   check_config_for_data(config, len(images))
   logging.info("%s: %d images of shape %s", config.dataset, len(images),
                images.shape[1:])
@@ -818,15 +850,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   checkpointer = checkpoints.Checkpointer(os.path.join(workdir, "checkpoint"))
   state = checkpointer.load() if resume else None
   if state is None and init_from is not None:
-    # Weights only: the hyper-parameters are this run's config, not the
-    # saved model's, so flags given with --init_from take effect.
-    checkpoints.check_keras_file(init_from, "init_from")
-    try:
-      model.load_weights(init_from)
-    except (ValueError, KeyError) as e:
-      raise ValueError(
-          f"cannot start from {init_from!r}: its weights do not fit the "
-          f"network of this config ({e}).") from e
+    _load_start_weights(model, init_from)
     logging.info("starting from the weights of %s", init_from)
   params = int(model.autoencoder_params)
   logging.info("model: latent d=%d, %d parameters (encoder %d, decoder %d)",

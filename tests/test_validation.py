@@ -330,6 +330,39 @@ def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path):
   assert path.read_text() == "mine"
 
 
+def test_overwrite_with_a_start_it_cannot_take_keeps_the_earlier_run(
+    tmp_path):
+  np.save(tmp_path / "x.npy", (IMAGES * 255).astype(np.uint8))
+  config = configs.get_preset(f"folder:{tmp_path / 'x.npy'}").replace(
+      num_clusters=3, batch_size=10, knn_k=5, phases=("cluster2",))
+  workdir = tmp_path / "run"
+  train.prepare_workdir(str(workdir), config, resume=False, overwrite=False)
+  (workdir / "model.keras").write_bytes(b"the earlier run's model")
+  other = tmp_path / "other.keras"  # a network of another shape
+  train.build_model(configs.TINY, (28, 28, 1)).save(str(other))
+  for init_from, error in ((tmp_path / "typo.keras", FileNotFoundError),
+                           (other, ValueError)):
+    with pytest.raises(error, match=re.escape(f"{init_from}")):
+      train.train_and_evaluate(config, str(workdir), overwrite=True,
+                               init_from=str(init_from))
+    assert (workdir / "model.keras").read_bytes() == (
+        b"the earlier run's model")
+
+
+def test_an_unknown_anchor_selection_is_refused_by_the_config():
+  with pytest.raises(ValueError, match=re.escape(
+      "anchor_selection must be one of 'similarity', 'rank', 'snn', got "
+      "'bogus'")):
+    configs.MNIST.replace(anchor_selection="bogus")
+
+
+def test_the_estimator_refuses_phases_out_of_order(tmp_path):
+  with pytest.raises(ValueError, match="must be consecutive"):
+    DDLSC(n_clusters=3, workdir=str(tmp_path),
+          phases=("cluster2", "pretrain")).fit(IMAGES)
+  assert not os.listdir(tmp_path)
+
+
 def test_estimator_batch_override_keeps_k_valid():
   config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=1000,
                               batch_size=8)
