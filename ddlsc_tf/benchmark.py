@@ -140,7 +140,21 @@ def compare_losses(measured, reference, *, rtol=2e-3):
 
 def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
                   eval_repeats=3):
-  """Returns the benchmark dict (see experiments/benchmark.py)."""
+  """Returns the benchmark dict (see experiments/benchmark.py).
+
+  Raises:
+    ValueError: no labels (the timed evaluation scores against them),
+      repeats < 1, or a config that does not fit the data.
+  """
+  if labels is None:
+    raise ValueError(
+        f"the benchmark needs labelled images (it times the evaluation, "
+        f"which scores against them); {config.dataset} has none. Give a "
+        f"folder with one sub-folder per class, or a labelled dataset.")
+  if repeats < 1 or eval_repeats < 1:
+    raise ValueError(f"repeats and eval_repeats must be >= 1, got "
+                     f"{repeats} and {eval_repeats}.")
+  train.check_config_for_data(config, len(images))
   train.seed_everything(config.seed)
   b = config.batch_size
   x = data.as_tensor(images[:b])

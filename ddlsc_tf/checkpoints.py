@@ -26,12 +26,15 @@ def check_output_path(path, name="output"):
   a folder itself. Call it before the work whose result goes there.
 
   Raises:
-    ValueError: `path` is empty.
+    ValueError: `path` is empty or ends in a path separator.
     FileNotFoundError: the folder `path` would go in does not exist.
     IsADirectoryError: `path` is a folder.
   """
   if not path:
     raise ValueError(f"{name} is empty; give a file name to write.")
+  if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+    raise ValueError(f"{name} {path} ends in a path separator (a folder); "
+                     f"give a file name to write.")
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
     raise FileNotFoundError(

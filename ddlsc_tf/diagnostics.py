@@ -31,8 +31,21 @@ def anchor_statistics(images, labels, *, batch_size, k, anchor_fraction,
      "share_per_class", "anchor_similarity"}; per-class lists are indexed by
     label. Coverage (the share of points with an anchor) and
     anchor_similarity (the mean cosine of the anchor pairs in the kNN
-    features) need no labels.
+    features) need no labels, but the rest do.
+
+  Raises:
+    ValueError: no labels, num_batches < 1, or a batch larger than the data.
   """
+  if labels is None:
+    raise ValueError("anchor statistics need labels (precision and the "
+                     "per-class shares count same-label pairs); the images "
+                     "have none.")
+  if num_batches < 1:
+    raise ValueError(f"num_batches must be >= 1, got {num_batches}.")
+  if batch_size > len(images):
+    raise ValueError(f"batch_size {batch_size} is larger than the "
+                     f"{len(images)} images; use a batch_size <= "
+                     f"{len(images)}.")
   classes = np.unique(labels)
   table = (data.neighbour_table(images, k=k, features=features)
            if batch_neighbours else None)

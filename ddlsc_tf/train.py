@@ -587,6 +587,15 @@ def check_phases(phases, init_from):
         f"phase (init_from=WORKDIR/{order[first - 1]}.keras).")
 
 
+def load_data(config, *, data_dir=None, manual_dir=None):
+  """(images [N, H, W, C] float32 in [0, 1], labels [N] or None): the
+  config's dataset as every entry point loads it (`data.load_images`)."""
+  return data.load_images(
+      config.dataset, data_dir=data_dir, manual_dir=manual_dir,
+      max_examples=config.max_examples, image_size=config.image_size,
+      channels=config.channels)
+
+
 def _load_start_weights(model, init_from):
   # Weights only: the hyper-parameters are this run's config, not the
   # saved model's, so flags given with --init_from take effect.
@@ -657,11 +666,19 @@ def run_outputs(workdir):
   return names
 
 
-def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
-  """Refuses a workdir holding another run unless told what to do."""
+def check_workdir(workdir):
+  """Raises unless `workdir` can be a run's folder (it need not exist)."""
+  if not workdir:
+    raise ValueError("workdir is empty; give a folder for the run's "
+                     "outputs (--workdir=DIR).")
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise NotADirectoryError(
         f"workdir {workdir} is a file, not a folder; choose another workdir.")
+
+
+def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
+  """Refuses a workdir holding another run unless told what to do."""
+  check_workdir(workdir)
   if resume and overwrite:
     raise ValueError("resume and overwrite exclude each other: resume "
                      "continues the run in the workdir, overwrite deletes it.")
@@ -799,13 +816,11 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     ValueError: a config that does not fit the data, or a resume with a
       different config.
   """
+  check_workdir(workdir)
   check_phases(config.phases, init_from)
   # Data first: a config that does not fit it fails before the workdir (and
   # an earlier run in it) is touched.
-  images, labels = data.load_images(
-      config.dataset, data_dir=data_dir, manual_dir=manual_dir,
-      max_examples=config.max_examples, image_size=config.image_size,
-      channels=config.channels)
+  images, labels = load_data(config, data_dir=data_dir, manual_dir=manual_dir)
   check_config_for_data(config, len(images))
   check_start(config, images.shape[1:], init_from=init_from, build=build)
   prepare_workdir(workdir, config, resume=resume, overwrite=overwrite,
@@ -951,10 +966,7 @@ def evaluate_saved(model_path, *, changes=None, data_dir=None,
     raise ValueError(f"cannot load the model {model_path}: {e}") from e
   if not isinstance(model, model_lib.DDLSC):
     raise ValueError(f"{model_path} is not a DDLSC model.")
-  images, labels = data.load_images(
-      config.dataset, data_dir=data_dir, manual_dir=manual_dir,
-      max_examples=config.max_examples, image_size=config.image_size,
-      channels=config.channels)
+  images, labels = load_data(config, data_dir=data_dir, manual_dir=manual_dir)
   if labels is None:
     raise ValueError(f"dataset {config.dataset!r} has no labels to score "
                      f"against.")
@@ -972,10 +984,7 @@ def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):
   Returns:
     {"dataset", "seed", "num_examples", "acc", "nmi", "ari", "seconds"}.
   """
-  images, labels = data.load_images(
-      config.dataset, data_dir=data_dir, manual_dir=manual_dir,
-      max_examples=config.max_examples, image_size=config.image_size,
-      channels=config.channels)
+  images, labels = load_data(config, data_dir=data_dir, manual_dir=manual_dir)
   start = time.time()
   km = sklearn_cluster.KMeans(n_clusters=config.num_clusters,
                               n_init=config.kmeans_n_init,

@@ -14,18 +14,16 @@ from experiments import config_flags
 FLAGS = flags.FLAGS
 flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
 config_flags.define_data_flags()
-flags.DEFINE_integer("seed", 0, "k-means random state.")
-flags.DEFINE_integer("kmeans_n_init", None, "k-means restarts (preset's).")
 flags.DEFINE_string("out", None, "Optional JSON output path.")
+config_flags.define_overrides()  # --seed (k-means' random state),
+                                 # --kmeans_n_init, --num_clusters, ...
 
 
 def main(argv):
   del argv
   if FLAGS.out:
     checkpoints.check_output_path(FLAGS.out, "--out")
-  config = configs.get_preset(FLAGS.dataset).replace(seed=FLAGS.seed)
-  if FLAGS.kmeans_n_init is not None:
-    config = config.replace(kmeans_n_init=FLAGS.kmeans_n_init)
+  config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
   result = train.raw_kmeans_baseline(config, data_dir=FLAGS.data_dir,
                                      manual_dir=FLAGS.manual_dir)
   checkpoints.report_json(result, FLAGS.out)

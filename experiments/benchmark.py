@@ -52,12 +52,13 @@ def _use_the_unoptimised_network():
 def main(argv):
   del argv
   checkpoints.check_output_path(FLAGS.out, "--out")
+  if FLAGS.repeats < 1:
+    raise app.UsageError(f"--repeats must be >= 1, got {FLAGS.repeats}.")
   if FLAGS.unoptimised_network:
     _use_the_unoptimised_network()
   config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
-  images, labels = data.load_images(
-      config.dataset, data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
-      max_examples=config.max_examples)
+  images, labels = train.load_data(config, data_dir=FLAGS.data_dir,
+                                   manual_dir=FLAGS.manual_dir)
   # As a run does: one tensor copy of the images, the NumPy one freed.
   images = data.as_tensor(images)
   result = benchmark.run_benchmark(config, images, labels,

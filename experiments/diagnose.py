@@ -13,7 +13,6 @@ from absl import app
 from absl import flags
 
 from ddlsc_tf import configs
-from ddlsc_tf import data
 from ddlsc_tf import diagnostics
 from ddlsc_tf import train
 from experiments import config_flags
@@ -48,9 +47,8 @@ def main(argv):
       seed=FLAGS.seed, **{n: getattr(FLAGS, n) for n in names
                           if getattr(FLAGS, n) is not None})
   if FLAGS.mode == "anchors":
-    images, labels = data.load_images(config.dataset,
-                                      data_dir=FLAGS.data_dir,
-                                      manual_dir=FLAGS.manual_dir)
+    images, labels = train.load_data(config, data_dir=FLAGS.data_dir,
+                                     manual_dir=FLAGS.manual_dir)
     print(json.dumps(diagnostics.anchor_statistics(
         images, labels, batch_size=config.batch_size, k=config.knn_k,
         anchor_fraction=config.anchor_fraction,

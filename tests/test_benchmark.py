@@ -1,6 +1,7 @@
 """The speed benchmark's harness on a tiny dataset (no timing asserted)."""
 
 import numpy as np
+import pytest
 
 from ddlsc_tf import benchmark
 from ddlsc_tf import configs
@@ -22,3 +23,16 @@ def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs):
   assert benchmark.compare_losses(reference, reference)["match"]
   changed = {k: v * 1.01 for k, v in reference.items()}
   assert not benchmark.compare_losses(changed, reference)["match"]
+
+
+@pytest.mark.parametrize("labelled, repeats, message", [
+    (False, 2, "the benchmark needs labelled images"),
+    (True, 0, "repeats and eval_repeats must be >= 1, got 0 and 1"),
+])
+def test_benchmark_refuses_what_it_cannot_measure(make_blobs, labelled,
+                                                  repeats, message):
+  images, labels = make_blobs()
+  config = configs.TINY.replace(batch_size=32, knn_k=3)
+  with pytest.raises(ValueError, match=message):
+    benchmark.run_benchmark(config, images, labels if labelled else None,
+                            warmup=1, repeats=repeats, eval_repeats=1)

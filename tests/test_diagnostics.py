@@ -42,3 +42,18 @@ def test_unknown_oracle_is_rejected():
     train.build_model(configs.TINY, (28, 28, 1),
                       model_class=diagnostics.OracleAnchorDDLSC,
                       oracle="labels")
+
+
+@pytest.mark.parametrize("labelled, changes, message", [
+    (False, {}, "anchor statistics need labels"),
+    (True, {"num_batches": 0}, "num_batches must be >= 1, got 0"),
+    (True, {"batch_size": 100}, "batch_size 100 is larger than the 80 "
+                                "images"),
+])
+def test_anchor_statistics_refuse_what_they_cannot_count(
+    make_blobs, labelled, changes, message):
+  x, labels = make_blobs(n=80)
+  args = {"batch_size": 40, "k": 3, "anchor_fraction": 0.5,
+          "selection": "rank", "num_batches": 2, "seed": 0, **changes}
+  with pytest.raises(ValueError, match=message):
+    diagnostics.anchor_statistics(x, labels if labelled else None, **args)

@@ -135,3 +135,18 @@ def test_folder_dataset_runs_end_to_end(blob_images, tmp_path):
   config = json.loads((workdir / "config.json").read_text())
   assert config["image_size"] == 16
   assert tf.saved_model.contains_saved_model(str(workdir / "export"))
+
+
+def test_baseline_script_takes_the_folders_k_and_size(blob_images, tmp_path):
+  x, labels = blob_images
+  _write_pngs(tmp_path / "data", x, labels)
+  out = tmp_path / "baseline.json"
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.baseline",
+       f"--dataset=folder:{tmp_path / 'data'}", "--num_clusters=4",
+       "--image_size=16", "--kmeans_n_init=2", f"--out={out}"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(out.read_text())
+  assert result["num_examples"] == len(x)
+  assert result["acc"] > 0.9  # four far-apart templates in raw pixels

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ddlsc_tf import DDLSC
+from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
 from ddlsc_tf import inference
@@ -266,6 +267,30 @@ def test_evaluate_saved_says_an_estimator_run_has_no_dataset(tmp_path):
       "was fit from in-memory arrays (ddlsc_tf.DDLSC.fit), which were not "
       "saved with it")):
     train.evaluate_saved(str(tmp_path / "model.keras"))
+
+
+@pytest.mark.parametrize("out, message", [
+    ("", "--out is empty"),
+    ("results/", "--out results/ ends in a path separator"),
+])
+def test_output_paths_that_cannot_be_a_file_are_refused(out, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    checkpoints.check_output_path(out, "--out")
+
+
+def test_an_empty_workdir_is_refused_before_the_data_loads(tmp_path):
+  with pytest.raises(ValueError, match="workdir is empty"):
+    train.train_and_evaluate(configs.TINY, "", data_dir=str(tmp_path))
+  assert not os.listdir(tmp_path)
+
+
+def test_load_data_resizes_as_the_config_says(tmp_path):
+  x = (IMAGES[:4] * 255).astype(np.uint8)
+  np.save(tmp_path / "x.npy", x)
+  config = configs.get_preset(f"folder:{tmp_path / 'x.npy'}").replace(
+      image_size=16, channels=3)
+  images, labels = train.load_data(config)
+  assert images.shape == (4, 16, 16, 3) and labels is None
 
 
 def test_an_empty_output_path_is_refused_before_the_work():
