@@ -274,9 +274,11 @@ def _phase_result(history, epochs, seconds):
 
 def init_centroids(model, images, config, z=None):
   """Algorithm 2's initialisation from a partition of the whole latent
-  (`z` when the caller has it): spherical k-means (the paper) or spectral
-  clustering (`cluster_init`). Sets the model's centroids and returns the
-  partition, [N] int."""
+  (`z` when the caller has it): k-means of the unit latent rows
+  (scikit-learn's Euclidean k-means by default; the paper's spherical
+  k-means with `kmeans_spherical`) or spectral clustering
+  (`cluster_init`). Sets the model's centroids and returns the partition,
+  [N] int."""
   z = embed(model, images, config, phase="cluster1") if z is None else z
   if config.cluster_init == "spectral":
     assignments, centroids = metrics.spectral_on_sphere(
@@ -935,7 +937,9 @@ def evaluate_saved(model_path, *, changes=None, data_dir=None,
 
   Returns:
     {"model", "dataset", "seed", "num_examples", "embed_copies", "acc",
-    "nmi", "ari", "seconds"}; seconds counts the embedding and k-means.
+    "nmi", "ari", "seconds"}, and "plain_acc", "plain_nmi", "plain_ari"
+    (the plain latent's scores) when embed_copies averages copies; seconds
+    counts the embedding and k-means.
 
   Raises:
     FileNotFoundError: no model or no config.json beside it.
