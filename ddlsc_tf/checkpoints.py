@@ -30,6 +30,7 @@ def check_output_path(path, name="output"):
     FileNotFoundError: the folder `path` would go in does not exist.
     IsADirectoryError: `path` is a folder.
   """
+  path = os.fspath(path)
   if not path:
     raise ValueError(f"{name} is empty; give a file name to write.")
   if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):

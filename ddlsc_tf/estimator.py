@@ -94,6 +94,7 @@ class DDLSC:
     # Before the workdir is touched: a refit that cannot run keeps the
     # earlier fit's outputs.
     train.check_config_for_data(config, len(images))
+    train.check_phases(config.phases, init_from=None)
     train.check_start(config, images.shape[1:])
     if self.workdir is None:
       with tempfile.TemporaryDirectory(prefix="ddlsc-") as workdir:
@@ -112,12 +113,9 @@ class DDLSC:
       train.prepare_workdir(workdir, config, resume=False,
                             overwrite=overwrite)
     except FileExistsError:
-      found = train.run_outputs(workdir)
-      if not found:
-        raise
       raise FileExistsError(
           f"workdir={workdir!r} holds a run that fit did not write "
-          f"({', '.join(found)}), and fit replaces only "
+          f"({', '.join(train.run_outputs(workdir))}), and fit replaces only "
           f"its own: pass another workdir, or None for a temporary one."
       ) from None
     self.model_, self.result_ = train.run_phases(

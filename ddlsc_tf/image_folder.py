@@ -8,7 +8,8 @@ Two folder layouts are read:
   PATH/001.png, PATH/002.jpg, ...           no labels
 
 Files are read in sorted order, so a folder always loads the same way. Names
-starting with "." (e.g. macOS "._x.png" resource files) are skipped. An image
+starting with "." (e.g. macOS "._x.png" resource files) and the folders of
+`SYSTEM_FOLDERS` (e.g. Synology's "@eaDir" thumbnails) are skipped. An image
 two or more sub-folders down (PATH/cat/small/001.png) fits neither layout and
 is refused by name rather than left out.
 """
@@ -206,16 +207,24 @@ def _is_image(entry):
           and entry.suffix.lower() in EXTENSIONS)
 
 
-def _hidden(relative):
-  return any(part.startswith(".") for part in relative.parts)
+# Folders that file systems and archivers add beside a user's images
+# (Synology's thumbnails, recycle bins, macOS zip metadata): never classes.
+SYSTEM_FOLDERS = ("@eaDir", "#recycle", "#snapshot", "__MACOSX")
+
+
+def _skipped_folder(name):
+  return name.startswith(".") or name in SYSTEM_FOLDERS
 
 
 def _first_deeper_image(root):
   """The first image two or more sub-folders below `root`, or None."""
-  for path in sorted(root.glob("*/*/**/*")):
-    relative = path.relative_to(root)
-    if not _hidden(relative) and _is_image(path):
-      return relative
+  for folder, subfolders, files in os.walk(root):
+    subfolders[:] = sorted(d for d in subfolders if not _skipped_folder(d))
+    relative = pathlib.Path(folder).relative_to(root)
+    if len(relative.parts) >= 2:
+      for name in sorted(files):
+        if _is_image(pathlib.Path(folder, name)):
+          return relative / name
   return None
 
 
@@ -231,7 +240,7 @@ def _list_images(root):
   direct = sorted(entry.name for entry in root.iterdir() if _is_image(entry))
   per_class = {}
   for folder in sorted(root.iterdir()):
-    if folder.is_dir() and not folder.name.startswith("."):
+    if folder.is_dir() and not _skipped_folder(folder.name):
       names = sorted(entry.name for entry in folder.iterdir()
                      if _is_image(entry))
       if names:

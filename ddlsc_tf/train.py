@@ -621,7 +621,6 @@ def check_start(config, image_shape, *, init_from=None, build=None):
     init_from: a saved .keras model to start from, or None.
     build: as `train_and_evaluate`; None: `build_model`.
   """
-  check_phases(config.phases, init_from)
   model = (build or build_model)(config, tuple(image_shape))
   if init_from is not None:
     _load_start_weights(model, init_from)
@@ -672,7 +671,7 @@ def check_workdir(workdir):
   """Raises unless `workdir` can be a run's folder (it need not exist)."""
   if not workdir:
     raise ValueError("workdir is empty; give a folder for the run's "
-                     "outputs (--workdir=DIR).")
+                     "outputs.")
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise NotADirectoryError(
         f"workdir {workdir} is a file, not a folder; choose another workdir.")
@@ -824,7 +823,11 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   # an earlier run in it) is touched.
   images, labels = load_data(config, data_dir=data_dir, manual_dir=manual_dir)
   check_config_for_data(config, len(images))
-  check_start(config, images.shape[1:], init_from=init_from, build=build)
+  # A resumed run with a checkpoint starts from it, not from init_from.
+  resumes = resume and os.path.exists(os.path.join(
+      workdir, "checkpoint", checkpoints.Checkpointer.STATE))
+  check_start(config, images.shape[1:],
+              init_from=None if resumes else init_from, build=build)
   prepare_workdir(workdir, config, resume=resume, overwrite=overwrite,
                   init_from=init_from)
   # The run keeps one tensor copy of the images; the NumPy one goes.

@@ -59,6 +59,13 @@ def main(argv):
     return
   if FLAGS.workdir is None:
     raise app.UsageError("--workdir is required with --mode=oracle.")
+  # TFDS datasets have labels; a folder or array may not, and the oracle
+  # would then see one class (missing labels are batched as -1).
+  if config.dataset.startswith(configs.FOLDER_PREFIX) and train.load_data(
+      config, data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir)[1] is None:
+    raise app.UsageError(
+        f"--mode=oracle builds its anchors from the labels, and "
+        f"{config.dataset} has none (give one sub-folder per class).")
   config = config.replace(pretrain_epochs=FLAGS.pretrain_epochs,
                           phases=("pretrain",))
   build = functools.partial(train.build_model,

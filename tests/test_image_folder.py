@@ -143,10 +143,15 @@ def test_an_image_deeper_than_one_sub_folder_is_named(tmp_path, deeper,
     image_folder.load_image_folder(tmp_path)
 
 
-def test_hidden_folders_below_a_class_are_ignored(tmp_path):
+def test_hidden_and_system_folders_are_ignored(tmp_path):
   _write(tmp_path / "cat" / "1.png", _gray(4, 4))
   _write(tmp_path / "cat" / ".thumbs" / "1.png", _gray(4, 4))
-  assert image_folder.load_image_folder(tmp_path).file_names == ["cat/1.png"]
+  # Synology's thumbnails: a folder per image, inside each class.
+  _write(tmp_path / "cat" / "@eaDir" / "1.png" / "SYNOFILE_THUMB_M.jpg",
+         _gray(4, 4))
+  _write(tmp_path / "__MACOSX" / "cat" / "1.png", _gray(4, 4))
+  loaded = image_folder.load_image_folder(tmp_path)
+  assert loaded.file_names == ["cat/1.png"] and loaded.class_names == ["cat"]
 
 
 @pytest.mark.parametrize("options,bad", [

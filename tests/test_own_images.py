@@ -150,3 +150,16 @@ def test_baseline_script_takes_the_folders_k_and_size(blob_images, tmp_path):
   result = json.loads(out.read_text())
   assert result["num_examples"] == len(x)
   assert result["acc"] > 0.9  # four far-apart templates in raw pixels
+
+
+def test_oracle_diagnosis_refuses_unlabelled_images(blob_images, tmp_path):
+  x, _ = blob_images
+  np.save(tmp_path / "x.npy", x)
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.diagnose", "--mode=oracle",
+       f"--dataset=folder:{tmp_path / 'x.npy'}",
+       f"--workdir={tmp_path / 'run'}", "--pretrain_epochs=1"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0
+  assert "builds its anchors from the labels" in proc.stderr
+  assert not (tmp_path / "run").exists()

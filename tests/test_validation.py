@@ -278,6 +278,31 @@ def test_output_paths_that_cannot_be_a_file_are_refused(out, message):
     checkpoints.check_output_path(out, "--out")
 
 
+def test_an_output_path_may_be_a_pathlib_path(tmp_path):
+  checkpoints.check_output_path(tmp_path / "out.json", "--out")
+  checkpoints.write_text_atomic(tmp_path / "out.txt", "ok")
+  assert (tmp_path / "out.txt").read_text() == "ok"
+
+
+def test_a_resumed_run_does_not_need_its_init_from_again(tmp_path):
+  np.save(tmp_path / "x.npy", (IMAGES * 255).astype(np.uint8))
+  config = configs.get_preset(f"folder:{tmp_path / 'x.npy'}").replace(
+      num_clusters=3, batch_size=10, knn_k=5, pretrain_epochs=1,
+      cluster1_iterations=1, epochs_per_iteration=1, kmeans_n_init=1,
+      min_steps_per_iteration=1, tsne_points=0, image_size=16)
+  first, second = tmp_path / "a", tmp_path / "b"
+  train.train_and_evaluate(config.replace(phases=("pretrain",)), str(first),
+                           verbose=0)
+  start = first / "pretrain.keras"
+  stage = config.replace(phases=("cluster1",))
+  done = train.train_and_evaluate(stage, str(second), init_from=str(start),
+                                  verbose=0)
+  start.unlink()  # the checkpoint in `second` is what a resume starts from
+  again = train.train_and_evaluate(stage, str(second), init_from=str(start),
+                                   resume=True, verbose=0)
+  assert again["phases"]["cluster1"] == done["phases"]["cluster1"]
+
+
 def test_an_empty_workdir_is_refused_before_the_data_loads(tmp_path):
   with pytest.raises(ValueError, match="workdir is empty"):
     train.train_and_evaluate(configs.TINY, "", data_dir=str(tmp_path))
