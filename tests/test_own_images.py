@@ -19,6 +19,13 @@ QUICK = dict(pretrain_epochs=2, cluster1_iterations=1, cluster2_iterations=1,
              min_steps_per_iteration=1)
 
 
+def _script(module, *args, timeout=300):
+  """Runs `python -m experiments.MODULE ARGS` from the repository."""
+  return subprocess.run([sys.executable, "-m", f"experiments.{module}",
+                         *map(str, args)], cwd=REPO, capture_output=True,
+                        text=True, timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def blob_images():
   from conftest import blobs  # pylint: disable=import-outside-toplevel
@@ -104,10 +111,8 @@ def test_predict_script_on_a_folder_of_pngs(fitted, blob_images, tmp_path):
   x, _ = blob_images
   _write_pngs(tmp_path / "pngs", x[:20])
   out = tmp_path / "clusters.csv"
-  proc = subprocess.run(
-      [sys.executable, "-m", "experiments.predict", f"--model={workdir}",
-       f"--images={tmp_path / 'pngs'}", f"--out={out}"],
-      cwd=REPO, capture_output=True, text=True, timeout=300)
+  proc = _script("predict", f"--model={workdir}",
+                 f"--images={tmp_path / 'pngs'}", f"--out={out}")
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = list(csv.DictReader(out.open()))
   assert [r["name"] for r in rows] == [f"img{i:03d}.png" for i in range(20)]
@@ -122,12 +127,10 @@ def test_folder_dataset_runs_end_to_end(blob_images, tmp_path):
   x, labels = blob_images
   _write_pngs(tmp_path / "data", x, labels)
   workdir = tmp_path / "run"
-  proc = subprocess.run(
-      [sys.executable, "-m", "experiments.run",
-       f"--dataset=folder:{tmp_path / 'data'}", f"--workdir={workdir}",
-       "--num_clusters=4", "--image_size=16", "--batch_size=32", "--knn_k=3",
-       "--verbose=0"] + [f"--{k}={v}" for k, v in QUICK.items()],
-      cwd=REPO, capture_output=True, text=True, timeout=600)
+  proc = _script(
+      "run", f"--dataset=folder:{tmp_path / 'data'}", f"--workdir={workdir}",
+      "--num_clusters=4", "--image_size=16", "--batch_size=32", "--knn_k=3",
+      "--verbose=0", *[f"--{k}={v}" for k, v in QUICK.items()], timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads((workdir / "result.json").read_text())
   assert result["num_examples"] == len(x)
@@ -141,11 +144,9 @@ def test_baseline_script_takes_the_folders_k_and_size(blob_images, tmp_path):
   x, labels = blob_images
   _write_pngs(tmp_path / "data", x, labels)
   out = tmp_path / "baseline.json"
-  proc = subprocess.run(
-      [sys.executable, "-m", "experiments.baseline",
-       f"--dataset=folder:{tmp_path / 'data'}", "--num_clusters=4",
-       "--image_size=16", "--kmeans_n_init=2", f"--out={out}"],
-      cwd=REPO, capture_output=True, text=True, timeout=300)
+  proc = _script("baseline", f"--dataset=folder:{tmp_path / 'data'}",
+                 "--num_clusters=4", "--image_size=16", "--kmeans_n_init=2",
+                 f"--out={out}")
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads(out.read_text())
   assert result["num_examples"] == len(x)
@@ -155,11 +156,9 @@ def test_baseline_script_takes_the_folders_k_and_size(blob_images, tmp_path):
 def test_oracle_diagnosis_refuses_unlabelled_images(blob_images, tmp_path):
   x, _ = blob_images
   np.save(tmp_path / "x.npy", x)
-  proc = subprocess.run(
-      [sys.executable, "-m", "experiments.diagnose", "--mode=oracle",
-       f"--dataset=folder:{tmp_path / 'x.npy'}",
-       f"--workdir={tmp_path / 'run'}", "--pretrain_epochs=1"],
-      cwd=REPO, capture_output=True, text=True, timeout=300)
+  proc = _script("diagnose", "--mode=oracle",
+                 f"--dataset=folder:{tmp_path / 'x.npy'}",
+                 f"--workdir={tmp_path / 'run'}", "--pretrain_epochs=1")
   assert proc.returncode != 0
   assert "builds its anchors from the labels" in proc.stderr
   assert not (tmp_path / "run").exists()
