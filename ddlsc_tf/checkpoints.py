@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import zipfile
 
+import keras
 import numpy as np
 
 
@@ -63,6 +64,16 @@ def check_keras_file(path, name="model"):
         f"{name} {path} is not a .keras archive (a zip file): it may be "
         f"truncated, e.g. by a copy that did not finish, or another format. "
         f"Save it again with model.save(...) or use another file.")
+
+
+def load_keras_model(path):
+  """`keras.models.load_model(path)` after `check_keras_file`; whatever else
+  Keras raises for a bad archive becomes a ValueError naming the file."""
+  check_keras_file(path)
+  try:
+    return keras.models.load_model(path)
+  except Exception as e:  # Keras raises several types for a bad archive
+    raise ValueError(f"cannot load the model {path}: {e}") from e
 
 
 def write_atomic(path, write, suffix):

@@ -149,8 +149,6 @@ def load_array(path):
     images = np.load(path, allow_pickle=False)
   except (ValueError, OSError) as e:
     raise ValueError(f"cannot read {path} as a .npy array: {e}") from None
-  if not isinstance(images, np.ndarray):
-    raise ValueError(f"{path} is not a single .npy array (an .npz archive?).")
   if (images.ndim not in (3, 4) or not images.size
       or images.ndim == 4 and images.shape[-1] not in (1, 3)):
     raise ValueError(

@@ -8,7 +8,6 @@ import csv
 import io
 import os
 
-import keras
 import numpy as np
 
 from ddlsc_tf import checkpoints
@@ -24,11 +23,7 @@ def load_trained(path):
     raise FileNotFoundError(
         f"no trained model at {file}: pass a run's workdir (holding "
         f"model.keras) or a .keras file.")
-  checkpoints.check_keras_file(file)
-  try:
-    model = keras.models.load_model(file)
-  except Exception as e:  # Keras raises several types for a bad archive
-    raise ValueError(f"cannot load the model {file}: {e}") from e
+  model = checkpoints.load_keras_model(file)
   if not isinstance(model, model_lib.DDLSC) or model.centroids is None:
     raise ValueError(f"{file} is not a DDLSC model with centroids.")
   if not np.any(model.centroids.numpy()):

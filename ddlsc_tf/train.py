@@ -966,11 +966,7 @@ def evaluate_saved(model_path, *, changes=None, data_dir=None,
         f"metrics.clustering_scores(y, estimator.predict(X)) scores any.")
   config = configs.from_saved(saved)
   config = config.replace(**(changes or {}))
-  checkpoints.check_keras_file(model_path)
-  try:
-    model = keras.models.load_model(model_path)
-  except Exception as e:  # Keras raises several types for a bad archive
-    raise ValueError(f"cannot load the model {model_path}: {e}") from e
+  model = checkpoints.load_keras_model(model_path)
   if not isinstance(model, model_lib.DDLSC):
     raise ValueError(f"{model_path} is not a DDLSC model.")
   images, labels = load_data(config, data_dir=data_dir, manual_dir=manual_dir)

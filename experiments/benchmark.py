@@ -52,8 +52,6 @@ def _use_the_unoptimised_network():
 def main(argv):
   del argv
   checkpoints.check_output_path(FLAGS.out, "--out")
-  if FLAGS.repeats < 1:
-    raise app.UsageError(f"--repeats must be >= 1, got {FLAGS.repeats}.")
   if FLAGS.unoptimised_network:
     _use_the_unoptimised_network()
   config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
