@@ -587,8 +587,8 @@ MNIST = Config(
 # A few hundred images, a couple of epochs per phase: tests and CI smoke runs.
 TINY = MNIST.replace(
     dataset="mnist", batch_size=100, pretrain_epochs=2, knn_k=5,
-    eval_every=1, kmeans_n_init=1, max_examples=300,
-    cluster1_iterations=2, cluster2_iterations=2, epochs_per_iteration=1,
+    eval_every=1, max_examples=300,
+    cluster1_iterations=2, cluster2_iterations=2,
     min_steps_per_iteration=1, batch_neighbours=2,
     embed_copies=0)  # the plain latent; tests give copies on their own
 

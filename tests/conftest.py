@@ -36,6 +36,12 @@ def coil20_manual_dir():
 
 
 @pytest.fixture(scope="session")
+def coil100_manual_dir():
+  return _shared_manual_dir("DDLSC_COIL100_MANUAL_DIR", "coil100",
+                            "coil-100.zip")
+
+
+@pytest.fixture(scope="session")
 def coil_dummy():
   """name → (manual_dir, object ids) of the tiny COIL zips that
   tests/dummy_data/make_coil_archives.py writes: 2 poses per object."""
