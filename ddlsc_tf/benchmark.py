@@ -1,4 +1,4 @@
-"""Throughput of the train steps and of one evaluation (issue: speed).
+"""Throughput of the train steps and of one evaluation.
 
 Everything runs in one process on real data, each timing a median over
 repeated runs after warm-up. Steps are timed through Keras' own compiled
@@ -13,9 +13,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ddlsc_tf import cluster
 from ddlsc_tf import data
+from ddlsc_tf import evaluation
 from ddlsc_tf import losses
 from ddlsc_tf import model as model_lib
+from ddlsc_tf import provenance
 from ddlsc_tf import train
 
 
@@ -60,10 +63,10 @@ class ReconOnlyDDLSC(model_lib.DDLSC):
   `_with_copies` and `_forward` decide)."""
 
   def _pretrain_step(self, data):
-    stacked, _, _, _ = self._with_copies(data[0], None, None)
+    stacked, _, _ = self._with_copies(data[0])
     with tf.GradientTape() as tape:
-      _, x_hat, target = self._forward(stacked, data[0])
-      l_r = losses.reconstruction_loss(x=target, x_hat=x_hat)
+      _, x_hat = self._forward(stacked, data[0])
+      l_r = losses.reconstruction_loss(x=data[0], x_hat=x_hat)
     return self._apply(tape, l_r, (l_r, l_r, l_r))
 
 
@@ -78,13 +81,12 @@ def fixed_batch_losses(model, x, config):
   """
   b = int(x.shape[0])
   assignments = tf.range(b) % config.num_clusters
-  anchors, ignore = model._anchors(x)  # pylint: disable=protected-access
+  anchors = model._anchors(x)  # pylint: disable=protected-access
   with tf.GradientTape() as tape:
     z, x_hat = model(x, training=True)
     _, l_d, l_r = losses.pretrain_loss(
-        x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=config.alpha,
-        lambda_r=config.lambda_r, ignore=ignore,
-        power=config.nonanchor_power, anchor_power=config.anchor_power)
+        x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=model.pretrain.alpha,
+        lambda_r=config.lambda_r, anchor_power=config.anchor_power)
     l_w = losses.within_cluster_loss(z=z, assignments=assignments,
                                      num_clusters=config.num_clusters)
     l_b = losses.between_cluster_loss(z=z, assignments=assignments,
@@ -113,7 +115,7 @@ def epoch_seconds(model, images, labels, config, *, epochs=3):
   """Wall time of whole pre-training epochs through `fit` and the real
   input pipeline (median of the epochs after the first, which traces)."""
   model.phase = "pretrain"
-  train.compile_model(model, config)
+  train.compile_model(model)
   dataset, steps = data.train_dataset(images, labels,
                                       batch_size=config.batch_size,
                                       seed=config.seed, epochs=epochs)
@@ -128,7 +130,7 @@ def compare_losses(measured, reference, *, rtol=2e-3):
   must leave unchanged. Returns {"max_relative_difference", "match"}.
 
   rtol: float32 round-off of a different reduction order; the fused batch
-  norm moves the gradient norm of the unoptimised code by 1.0e-3 (RESULTS.md).
+  norm moves the gradient norm of the unoptimised code by 1.0e-3.
   """
   worst = 0.0
   for key, expected in reference.items():
@@ -155,16 +157,16 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
     raise ValueError(f"repeats and eval_repeats must be >= 1, got "
                      f"{repeats} and {eval_repeats}.")
   train.check_config_for_data(config, len(images))
-  train.seed_everything(config.seed)
+  provenance.seed_everything(config.seed)
   b = config.batch_size
   x = data.as_tensor(images[:b])
   y = data.as_tensor(labels[:b])
   # A separate model, so the measurement leaves the timed one untouched.
   result_losses = fixed_batch_losses(
       train.build_model(config, images.shape[1:]), x, config)
-  train.seed_everything(config.seed)
+  provenance.seed_everything(config.seed)
   model = train.build_model(config, images.shape[1:])
-  train.compile_model(model, config)
+  train.compile_model(model)
   result = {"batch_size": b, "params": int(model.autoencoder_params),
             "threads": {"intra_op": tf.config.threading
                         .get_intra_op_parallelism_threads(),
@@ -172,10 +174,10 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
                         .get_inter_op_parallelism_threads()}}
 
   model.phase = "pretrain"
-  train.seed_everything(config.seed)
+  provenance.seed_everything(config.seed)
   recon_only = train.build_model(config, images.shape[1:],
                                  model_class=ReconOnlyDDLSC)
-  train.compile_model(recon_only, config)
+  train.compile_model(recon_only)
   pretrain_s, recon_s = _paired_median_seconds(
       [_step_runner(model, (x, y)), _step_runner(recon_only, (x, y))],
       warmup=warmup, repeats=3 * repeats)
@@ -184,19 +186,19 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
   result["pretrain_over_recon_time"] = pretrain_s / recon_s
 
   start = time.perf_counter()
-  scores = train.evaluate(model, images, labels, config)
+  scores = evaluation.evaluate(model, images, labels, config)
   result["eval_seconds_first"] = time.perf_counter() - start
   result["eval_seconds"] = _median_seconds(
-      lambda: train.evaluate(model, images, labels, config), warmup=0,
+      lambda: evaluation.evaluate(model, images, labels, config), warmup=0,
       repeats=eval_repeats)
   result["eval_scores"] = scores
 
-  train.init_centroids(model, images, config)
+  cluster.start_partition(model, images, config)
   assignments = losses.assign_clusters(model.embed(images[:b]),
                                        model.centroids)
   for phase in ("cluster1", "cluster2"):
     model.phase = phase
-    train.compile_model(model, config)
+    train.compile_model(model)
     seconds = _median_seconds(_step_runner(model, (x, y, assignments)),
                               warmup=warmup, repeats=repeats)
     result[f"{phase}_examples_per_s"] = b / seconds

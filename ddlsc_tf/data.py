@@ -19,7 +19,6 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import download_manager
 
 from ddlsc_tf import image_folder
-from ddlsc_tf import losses
 from ddlsc_tf.configs import FOLDER_PREFIX
 
 # Registers the `coil20` and `coil100_manual` builders with TFDS.
@@ -240,6 +239,15 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
   return images, labels.astype(np.int64)
 
 
+def load_for(config, *, data_dir=None, manual_dir=None):
+  """(images [N, H, W, C] float32 in [0, 1], labels [N] or None): a
+  `configs.Config`'s dataset as every entry point loads it."""
+  return load_images(
+      config.dataset, data_dir=data_dir, manual_dir=manual_dir,
+      max_examples=config.max_examples, image_size=config.image_size,
+      channels=config.channels)
+
+
 def as_tensor(array, dtype=None):
   """One TensorFlow copy of an array (a tensor is returned as it is).
 
@@ -251,175 +259,6 @@ def as_tensor(array, dtype=None):
     return array if dtype is None else tf.cast(array, dtype)
   return tf.identity(np.asarray(array, dtype=None if dtype is None
                                 else tf.as_dtype(dtype).as_numpy_dtype))
-
-
-def neighbour_table(images, *, k, features="raw", chunk=250, shift=0,
-                    candidates=50):
-  """Each image's k most cosine-similar other images in the whole dataset.
-
-  The same similarity as the per-batch kNN graph (`losses.knn_graph` on
-  `losses.knn_features`), over all N images, [chunk, N] at a time: the
-  extra memory is the features (none for "raw": a view of the images; a
-  smoothed copy otherwise) and two [chunk, N] float32 blocks (MNIST:
-  140 MB). On another machine or thread count, near-ties may order a row
-  differently.
-
-  Args:
-    images: [N, H, W, C] float32, NumPy or a tensor.
-    k: neighbours per image, 1 <= k < N.
-    features: as `losses.knn_features`.
-    chunk: rows of the similarity matrix computed at once.
-    shift: 0, or re-rank each image's `candidates` most similar images by
-      `shifted_cosines` with translations of up to `shift` pixels and keep
-      the top k (a pair whose strokes are offset by a pixel or two counts
-      as close). The candidates come from `features`; the re-ranking
-      compares the images themselves.
-    candidates: how many neighbours `shift` re-ranks (capped at N - 1).
-
-  Returns:
-    [N, k] int32 NumPy array: row i holds i's neighbours, most similar
-    first; never i itself.
-  """
-  n = int(images.shape[0])
-  if not 1 <= k < n:
-    raise ValueError(f"neighbour_table needs 1 <= k < N = {n}, got k={k}.")
-  if shift < 0:
-    raise ValueError(f"shift must be >= 0 pixels, got {shift}.")
-  if shift:
-    if candidates < k:
-      raise ValueError(f"candidates ({candidates}) must be >= k ({k}).")
-    pool = neighbour_table(images, k=min(candidates, n - 1),
-                           features=features, chunk=chunk)
-    scores = np.concatenate([
-        shifted_cosines(images, pool[start:start + chunk], start=start,
-                        shift=shift)
-        for start in range(0, n, chunk)])
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(pool, order, axis=1).astype(np.int32)
-  feats = losses.knn_features(as_tensor(images), features=features)
-  # Ranking row i's candidates j by x_i·x_j / |x_j| is ranking by cosine.
-  inv_norm = 1.0 / tf.maximum(tf.norm(feats, axis=1), 1e-12)
-  table = []
-  for start in range(0, n, chunk):
-    rows = feats[start:start + chunk]
-    sim = tf.matmul(rows, feats, transpose_b=True) * inv_norm[None, :]
-    top = tf.math.top_k(sim, k=k + 1).indices
-    # Drop the image itself (first, or later among exact duplicates; if a
-    # duplicate pushed it out of the top k+1, drop the last instead).
-    own = tf.range(start, start + tf.shape(rows)[0])[:, None]
-    key = tf.where(top == own, k + 1, tf.range(k + 1)[None, :])
-    keep = tf.argsort(key, axis=1, stable=True)[:, :k]
-    table.append(tf.gather(top, keep, batch_dims=1).numpy())
-  return np.concatenate(table).astype(np.int32)
-
-
-def anchor_groups(neighbours, *, max_size):
-  """Groups of images joined by chains of mutual nearest neighbours, none
-  larger than `max_size` (ours; see `configs.Config.anchor_groups`).
-
-  Single linkage over the mutual pairs of a neighbour table: i and j are a
-  mutual pair when each is in the other's row. Pairs are taken strongest
-  first, by the larger of their two ranks (then the smaller, then the
-  indices), and each joins its two groups unless the union would hold more
-  than `max_size` images. A pose circle of COIL, or any chain of views
-  each the nearest of the next, ends in one group, while a bridge between
-  two such chains comes late and finds them full.
-
-  Args:
-    neighbours: [N, k] int table, row i i's neighbours most similar first
-      (`neighbour_table`).
-    max_size: int >= 1, the most images a group may hold.
-
-  Returns:
-    [N] int32 group ids in [0, G), numbered by their first image.
-  """
-  neighbours = np.asarray(neighbours, np.int64)
-  n, k = neighbours.shape
-  if max_size < 1:
-    raise ValueError(f"max_size must be >= 1, got {max_size}.")
-  rows = np.repeat(np.arange(n), k)
-  cols = neighbours.ravel()
-  ranks = np.tile(np.arange(k), n)
-  # Each entry (i -> j) looks up its reverse (j -> i) among the sorted
-  # entries: a mutual pair when it is there, with i's rank in j's row.
-  keys = rows * n + cols
-  order = np.argsort(keys, kind="stable")
-  sorted_keys, sorted_ranks = keys[order], ranks[order]
-  reverse = cols * n + rows
-  at = np.minimum(np.searchsorted(sorted_keys, reverse), len(keys) - 1)
-  mutual = (sorted_keys[at] == reverse) & (rows < cols)
-  first, second = rows[mutual], cols[mutual]
-  back = sorted_ranks[at][mutual]
-  worse = np.maximum(ranks[mutual], back)
-  better = np.minimum(ranks[mutual], back)
-  parent = np.arange(n)
-  size = np.ones(n, np.int64)
-
-  def root(a):
-    while parent[a] != a:
-      parent[a] = parent[parent[a]]
-      a = parent[a]
-    return a
-
-  for e in np.lexsort((second, first, better, worse)):
-    a, b = root(first[e]), root(second[e])
-    if a != b and size[a] + size[b] <= max_size:
-      if size[a] < size[b]:
-        a, b = b, a
-      parent[b] = a
-      size[a] += size[b]
-  roots = np.array([root(a) for a in range(n)])
-  _, first_image, ids = np.unique(roots, return_index=True,
-                                  return_inverse=True)
-  # Renumber so a group's id follows its first image's position.
-  rank_of = np.empty(len(first_image), np.int64)
-  rank_of[np.argsort(first_image)] = np.arange(len(first_image))
-  return rank_of[ids].astype(np.int32)
-
-
-def shifted_cosines(images, candidates, *, start, shift):
-  """Translation-tolerant cosine of images to their candidate neighbours.
-
-  Pair (i, j) scores the largest cosine between image i and image j
-  translated by (dy, dx), |dy|, |dx| <= shift pixels, with zeros shifted
-  in (`shift` = 0: the plain cosine). Computed without translating the
-  candidates: x_i · shift_t(x_j) = shift_-t(x_i) · x_j, so one batched
-  matmul per row block scores every shift, and |shift_t(x_j)| comes from
-  x_j² summed over the pixels that stay in.
-
-  Args:
-    images: [N, H, W, C] float32, NumPy or a tensor.
-    candidates: [R, M] int, row r lists candidates for image start + r.
-    start: index of the first row's image.
-    shift: int >= 0, the largest translation in pixels.
-
-  Returns:
-    [R, M] float32 NumPy array.
-  """
-  images = as_tensor(images)
-  candidates = tf.convert_to_tensor(candidates, tf.int32)
-  rows = tf.shape(candidates)[0]
-  _, h, w, c = (int(d) for d in images.shape)
-  own = images[start:start + rows]
-  padded = tf.pad(own, [[0, 0], [shift, shift], [shift, shift], [0, 0]])
-  keep = np.pad(np.ones((h, w, c), np.float32),
-                [[shift, shift], [shift, shift], [0, 0]])
-  moved, stays = [], []
-  for dy in range(-shift, shift + 1):
-    for dx in range(-shift, shift + 1):
-      window = (slice(shift + dy, shift + dy + h),
-                slice(shift + dx, shift + dx + w))
-      moved.append(padded[:, window[0], window[1], :])  # shift_-t(x_i)
-      stays.append(keep[window])  # 1 where q + t is inside the image
-  moved = tf.reshape(tf.stack(moved, axis=1), [rows, len(stays), -1])
-  stays = tf.constant(np.stack(stays).reshape(len(stays), -1))   # [T, D]
-  others = tf.reshape(tf.gather(images, candidates), [rows, -1, h * w * c])
-  dots = tf.einsum("rtd,rmd->rtm", moved, others)                # [R, T, M]
-  kept = tf.einsum("rmd,td->rtm", tf.square(others), stays)  # |shift_t x_j|²
-  own_norm = tf.norm(tf.reshape(own, [rows, -1]), axis=1)[:, None, None]
-  cos = dots / (tf.maximum(own_norm, 1e-12)
-                * tf.maximum(tf.sqrt(kept), 1e-12))
-  return tf.reduce_max(cos, axis=1).numpy()
 
 
 def _neighbour_batches(order, neighbours, *, steps, batch_size, per_seed,
@@ -471,11 +310,12 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     batch_size: |B|; must not exceed N.
     seed: int, shuffle seed.
     assignments: optional [N] int32 cluster ids (clustering phase).
-    groups: optional [N] int32 anchor groups (`anchor_groups`; pre-training
+    groups: optional [N] int32 anchor groups (`neighbours.anchor_groups`;
       only, not with assignments).
     first_epoch, epochs: the epochs to cover (as Keras' initial_epoch and
       epochs).
-    neighbours: [N, k] int neighbour table (`neighbour_table`), needed when
+    neighbours: [N, k] int neighbour table (`neighbours.neighbour_table`),
+      needed when
       neighbours_per_seed > 0.
     neighbours_per_seed: m, 0 <= m < k; 0 gives plain shuffled batches.
 
@@ -535,8 +375,8 @@ def train_dataset(images, labels, *, batch_size, seed, assignments=None,
     # Batching the epoch's indices (not slicing a [steps, |B|] array)
     # leaves the batch dimension unknown to the traced train step: with a
     # static one the same seed gave weights that differed between
-    # processes in the last bits (RESULTS.md, COIL, "Session 19"). Every
-    # batch is still full: there are steps * |B| indices.
+    # processes in the last bits. Every batch is still full: there are
+    # steps * |B| indices.
     return tf.data.Dataset.from_tensor_slices(indices).batch(batch_size)
 
   ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_batches)

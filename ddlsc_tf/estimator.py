@@ -18,6 +18,7 @@ from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import train
 from ddlsc_tf import validation
+from ddlsc_tf import workdir as workdir_lib
 
 _FIELDS = {f.name for f in dataclasses.fields(configs.Config)}
 # Set from the data or by the estimator itself, not by overrides.
@@ -110,16 +111,17 @@ class DDLSC:
     overwrite = (os.path.exists(saved) and
                  checkpoints.read_json(saved).get("dataset") == "array")
     try:
-      train.prepare_workdir(workdir, config, resume=False,
+      workdir_lib.prepare_workdir(workdir, config, resume=False,
                             overwrite=overwrite)
     except FileExistsError:
       raise FileExistsError(
           f"workdir={workdir!r} holds a run that fit did not write "
-          f"({', '.join(train.run_outputs(workdir))}), and fit replaces only "
+          f"({', '.join(workdir_lib.run_outputs(workdir))}), and fit replaces only "
           f"its own: pass another workdir, or None for a temporary one."
       ) from None
     self.model_, self.result_ = train.run_phases(
-        config, images, labels, workdir, verbose=self.verbose)
+        config, images, labels, workdir, verbose=self.verbose,
+        pictures=False)  # a temporary workdir would lose them
     self.config_ = config
     self.labels_ = self.predict(images)
 

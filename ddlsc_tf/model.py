@@ -1,77 +1,60 @@
-"""The DDLSC Keras model: encoder + decoder, one custom train step per phase.
+"""The DDLSC Keras model: the auto-encoder and the centroids, with one
+custom train step per phase.
 
-`DDLSC.phase` picks which step `fit` runs. Pre-training (section 3.1,
-Algorithm 1) is implemented here; later phases register their own steps in
-`_STEPS` without touching this one.
+`DDLSC.phase` picks which step `fit` runs: pre-training (eq. 6), stage I
+(eq. 8) or stage II (eq. 11). Each phase's loss settings are one small
+frozen object (`PretrainLoss`, `Stage1Loss`, `Stage2Loss`), saved with the
+model.
 """
+
+import dataclasses
+from typing import Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from ddlsc_tf import anchors as anchors_lib
 from ddlsc_tf import augment as augment_lib
-from ddlsc_tf import configs
 from ddlsc_tf import losses
 from ddlsc_tf import networks
 
 PACKAGE = "ddlsc_tf"
+PHASES = ("pretrain", "cluster1", "cluster2")
 
 
-def _batch_norms(network):
-  return [layer for layer in network.layers
-          if isinstance(layer, keras.layers.BatchNormalization)]
+@dataclasses.dataclass(frozen=True)
+class PretrainLoss:
+  """Eq. 6, L_d + λ L_r, and the anchors that L_d (also stage I's) uses."""
+  knn_k: int = 10                      # the per-batch kNN graph's k
+  anchor_fraction: float = 0.3         # kNN pairs kept as anchors
+  anchor_selection: str = "similarity"  # anchors.ANCHOR_SELECTIONS
+  anchor_power: float = 1.0            # q of the anchor pull (1 - C)^q
+  alpha: float = 0.1                   # α of eq. 3 (ours: "α < 1")
+  lambda_r: float = 1e-3               # λ of eq. 6, L_r's weight everywhere
+  lambda_g: float = 0.0                # the anchor groups' mean push
 
 
-def _batch_norm_moments(encoder, decoder):
-  """fn(x) → [(mean, variance)] per channel of the input of every batch
-  norm of encoder then decoder, over the batch x in training mode."""
-  def probe(network):
-    return keras.Model(network.inputs,
-                       [layer.input for layer in _batch_norms(network)]
-                       + list(network.outputs))
-
-  encoder_probe, decoder_probe = probe(encoder), probe(decoder)
-
-  @tf.function(reduce_retracing=True)
-  def moments(x):
-    # Training mode: each batch norm upstream normalises with this batch's
-    # statistics, as in a train step (its moving averages also move; the
-    # caller overwrites them).
-    *inputs, z = encoder_probe(x, training=True)
-    *more, _ = decoder_probe(z, training=True)
-    return [tf.nn.moments(h, axes=list(range(len(h.shape) - 1)))
-            for h in inputs + more]
-
-  return moments
+@dataclasses.dataclass(frozen=True)
+class Stage1Loss:
+  """Eq. 8: −L_c + λ_d L_d + λ_r L_r."""
+  lambda_d: float = 1.0                # the start of its schedule
+  softmax_scale: float = 0.0           # > 0: fit S by a softmax (ours)
 
 
-def _copies_mean(encoder, affine, copies):
-  """fn(x, seed, offset) → [B, d]: the mean of the unit latent of each image
-  of x and of `copies` random affine copies of it, in inference mode.
+@dataclasses.dataclass(frozen=True)
+class Stage2Loss:
+  """Eq. 11: −L_c − λ_w L_w + λ_b L_b + λ_r L_r."""
+  lambda_w: float = 0.3
+  lambda_b: float = 1.0
+  softmax_scale: float = 0.0           # > 0: fit S by a softmax (ours)
 
-  Copy c of the batch that starts at image `offset` (int32, a tensor so one
-  trace serves every batch) uses the stateless seed
-  fold_in(fold_in(seed, c), offset): every call draws the same copies. One
-  graph per (encoder, copies): the eager loop it replaces took twice as
-  long (MNIST, 70k images, 16 copies), and agrees with it to round-off.
-  Each copy waits for the sum so far: left to run side by side in the
-  graph, the copies' encoder passes gave sums that differed from call to
-  call in the last bit, which can move a k-means assignment and break
-  "same seed, same result.json".
-  """
-  @tf.function(reduce_retracing=True)
-  def mean(x, seed, offset):
-    total = losses.normalize_rows(encoder(x, training=False))
-    for c in range(copies):
-      copy_seed = tf.random.experimental.stateless_fold_in(
-          tf.random.experimental.stateless_fold_in(seed, c), offset)
-      with tf.control_dependencies([total]):
-        copy = augment_lib.random_affine(tf.identity(x), affine=affine,
-                                         seed=copy_seed)
-      total += losses.normalize_rows(encoder(copy, training=False))
-    return total / (copies + 1)
 
-  return mean
+def _settings(kind, value):
+  """A settings object from itself, a dict (a saved config) or None."""
+  if value is None:
+    return kind()
+  return kind(**value) if isinstance(value, dict) else value
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -80,163 +63,57 @@ class DDLSC(keras.Model):
 
   Batches for `fit` are (images, labels) or (images, labels, anchor groups)
   in pre-training and (images, labels, assignments) in the clustering
-  stages; labels are never used by a step. With anchor groups
-  (`data.anchor_groups`) every pair of a batch's images in one group is an
-  anchor too (ours).
+  stages; labels are never used by a step.
 
   Args:
     input_shape: (H, W, C) of the images.
-    encoder_filters, kernel_sizes, paddings: encoder blocks (see networks).
-    pools: per encoder block, whether it max-pools (None: every block).
-    decoder_filters: decoder blocks before the output conv.
-    knn_k: neighbours per point of the per-batch kNN graph.
-    anchor_fraction: fraction of kNN pairs kept as anchors, in (0, 1].
-    anchor_selection: how kNN pairs are ranked for the anchor set, one of
-      `losses.ANCHOR_SELECTIONS`.
-    knn_features: what the kNN graph compares, one of
-      `losses.KNN_FEATURES` ("raw": the images, as the paper says).
-    knn_neutral: if True, kNN pairs that are not anchors are neither pulled
-      nor pushed (left out of L_d); if False, eq. 5 as written pushes them.
-    alpha: anchor discount α of eq. 3, in [0, 1).
-    nonanchor_power: float >= 1, exponent p of L_d's |C_ij|^p on the
-      non-anchor pairs (1: eq. 5; ours otherwise), in pre-training and
-      stage I alike.
-    anchor_power: float >= 1, exponent q of L_d's anchor term
-      (1 − C_ij)^q (1: eq. 5; ours otherwise), where nonanchor_power acts.
-    lambda_g: weight of the push between the batch's anchor groups in
-      pre-training (ours; 0: off, as the paper; > 0 needs batches with
-      groups).
-    group_push: which push lambda_g weighs: "pairs",
-      `losses.between_group_loss`; "means", `losses.group_mean_push_loss`.
-    lambda_r: weight λ of the reconstruction loss in eq. 6.
-    augment: None, or the largest random (rotation in degrees, scale,
-      shear, translation in pixels) of a copy of each image added to the
-      batches of `augment_phases`, each (image, copy) pair an anchor (ours;
-      see `augment`).
-    augment_fraction: the fraction of a batch's images that get a copy, in
-      (0, 1]; below 1 a random subset, drawn per step (ours: cheaper).
-    augment_phases: the phases (of `PHASES`) whose steps add the copies.
-      Where the loss has anchors (pre-training, stage I) each (image, copy)
-      pair is one; in the clustering stages a copy also takes its image's
-      assignment, so L_c (and in stage II L_w, L_b) treat it as a member of
-      that cluster.
-    reconstruct_copies: if False, the decoder runs on the batch's own
-      images only and L_r compares them alone; the copies shape the latent
-      through L_d and the clustering terms (ours: a cheaper step). True:
-      every row, copies included, is reconstructed.
-    anchor_hops: pairs joined by a path of at most this many anchor pairs
-      are anchors (`losses.extend_anchors`; ours); 1: the kNN anchors.
-    copies_share_anchors: if True, each copy also takes its image's
-      anchors (`losses.with_copy_anchors(share=True)`; ours); False: a
-      copy's one anchor is its image.
-    augment_originals: if True, wherever copies are added the batch's own
-      rows are a random affine view of each image as well (its own draw),
-      and L_r reconstructs that view (ours); the kNN graph and anchors
-      still come from the unaltered images. False: the images as given.
+    encoder_filters, paddings, pools, decoder_filters: the network
+      (`networks.build_encoder`, `networks.build_decoder`).
+    num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
+    pretrain, stage1, stage2: each phase's `PretrainLoss`, `Stage1Loss`,
+      `Stage2Loss` (or its dict); None: the defaults.
+    augment: () or the largest random (rotation °, scale, shear, shift px)
+      of a copy of each image added to every batch, each (image, copy) pair
+      an anchor, a copy taking its image's assignment (ours; see augment).
+      Only the images are reconstructed.
     seed: seed of the copies' random maps (a step's maps depend on it and
       on the optimizer's step count only).
-    num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
-    lambda_d: weight of L_d in stage I (eq. 8); a variable, so a schedule
-      can change it between outer iterations.
-    lambda_w, lambda_b: weights of L_w and L_b in stage II (eq. 11).
-    cluster_lambda_r: weight of L_r in both stages (default: lambda_r).
-    softmax_scale: 0 (the paper) trains θ on L_c in both stages; s > 0
-      (ours) on `losses.assignment_log_likelihood` at scale s instead.
-    cluster2_softmax_scale: the same for stage II alone (default:
-      softmax_scale).
     phase: which train step `fit` runs; one of `PHASES`.
-    upsampled_conv: the decoder's layout (`networks.build_decoder`); False
-      only for models saved before session 10, which `from_config` sets.
   """
 
-  PHASES = ("pretrain", "cluster1", "cluster2")
+  PHASES = PHASES
 
-  def __init__(self, input_shape, *, encoder_filters, kernel_sizes, paddings,
-               decoder_filters, knn_k, anchor_fraction, alpha, lambda_r,
-               pools=None, anchor_selection="similarity", knn_neutral=False,
-               anchor_hops=1, nonanchor_power=1.0, anchor_power=1.0,
-               lambda_g=0.0, group_push="pairs", knn_features="raw",
-               augment=None, augment_fraction=1.0,
-               augment_phases=("pretrain",), reconstruct_copies=True,
-               copies_share_anchors=False, augment_originals=False, seed=0,
-               num_clusters=None, lambda_d=1.0, lambda_w=0.3, lambda_b=1.0,
-               cluster_lambda_r=None, softmax_scale=0.0,
-               cluster2_softmax_scale=None, phase="pretrain",
-               upsampled_conv=True, **kwargs):
+  def __init__(self, input_shape, *, encoder_filters, paddings,
+               decoder_filters, pools=None, num_clusters=None, pretrain=None,
+               stage1=None, stage2=None, augment=(), seed=0,
+               phase="pretrain", **kwargs):
     super().__init__(**kwargs)
     self.image_shape = tuple(int(s) for s in input_shape)
     self.encoder_filters = tuple(encoder_filters)
-    self.kernel_sizes = tuple(kernel_sizes)
     self.paddings = tuple(paddings)
     self.decoder_filters = tuple(decoder_filters)
     self.pools = (True,) * len(self.encoder_filters) if pools is None else (
         tuple(bool(p) for p in pools))
-    self.knn_k = int(knn_k)
-    self.anchor_fraction = float(anchor_fraction)
-    self.anchor_selection = anchor_selection
-    self.knn_neutral = bool(knn_neutral)
-    self.anchor_hops = int(anchor_hops)
-    if self.anchor_hops < 1:
-      raise ValueError(f"anchor_hops must be >= 1, got {anchor_hops}.")
-    self.nonanchor_power = float(nonanchor_power)
-    if not self.nonanchor_power >= 1.0:
-      raise ValueError(f"nonanchor_power must be >= 1, got "
-                       f"{nonanchor_power}.")
-    self.anchor_power = float(anchor_power)
-    if not self.anchor_power >= 1.0:
-      raise ValueError(f"anchor_power must be >= 1, got {anchor_power}.")
-    self.lambda_g = float(lambda_g)
-    if not self.lambda_g >= 0.0:
-      raise ValueError(f"lambda_g must be >= 0, got {lambda_g}.")
-    if group_push not in losses.GROUP_PUSHES:
-      raise ValueError(f"unknown group_push {group_push!r}; expected one "
-                       f"of {tuple(losses.GROUP_PUSHES)}.")
-    self.group_push = group_push
-    if knn_features not in losses.KNN_FEATURES:
-      raise ValueError(f"unknown knn_features {knn_features!r}; expected "
-                       f"one of {losses.KNN_FEATURES}.")
-    self.knn_features = knn_features
-    self.num_clusters = None if num_clusters is None else int(num_clusters)
-    self.lambda_w = float(lambda_w)
-    self.lambda_b = float(lambda_b)
-    self.cluster_lambda_r = float(
-        lambda_r if cluster_lambda_r is None else cluster_lambda_r)
-    self.softmax_scale = float(softmax_scale)
-    self.cluster2_softmax_scale = float(
-        softmax_scale if cluster2_softmax_scale is None
-        else cluster2_softmax_scale)
-    for name in ("softmax_scale", "cluster2_softmax_scale"):
-      if getattr(self, name) < 0:
-        raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
-    self.alpha = float(alpha)
-    self.lambda_r = float(lambda_r)
+    self.pretrain = _settings(PretrainLoss, pretrain)
+    self.stage1 = _settings(Stage1Loss, stage1)
+    self.stage2 = _settings(Stage2Loss, stage2)
+    if self.pretrain.anchor_selection not in anchors_lib.ANCHOR_SELECTIONS:
+      raise ValueError(f"unknown anchor_selection "
+                       f"{self.pretrain.anchor_selection!r}; expected one "
+                       f"of {anchors_lib.ANCHOR_SELECTIONS}.")
     self.affine = augment_lib.Affine.parse(augment or ())
-    self.augment_fraction = float(augment_fraction)
-    if not 0.0 < self.augment_fraction <= 1.0:
-      raise ValueError(f"augment_fraction must be in (0, 1], got "
-                       f"{self.augment_fraction}.")
-    self.augment_phases = tuple(augment_phases)
-    self.reconstruct_copies = bool(reconstruct_copies)
-    self.copies_share_anchors = bool(copies_share_anchors)
-    self.augment_originals = bool(augment_originals)
-    unknown = set(self.augment_phases) - set(self.PHASES)
-    if unknown:
-      raise ValueError(f"augment_phases {sorted(unknown)} unknown; expected "
-                       f"names from {self.PHASES}.")
     self.seed = int(seed)
+    self.num_clusters = None if num_clusters is None else int(num_clusters)
     self.encoder = networks.build_encoder(
         self.image_shape, filters=self.encoder_filters,
-        kernel_sizes=self.kernel_sizes, paddings=self.paddings,
-        pools=self.pools)
+        paddings=self.paddings, pools=self.pools)
     self.decoder = networks.build_decoder(
         self.image_shape, encoder_filters=self.encoder_filters,
-        kernel_sizes=self.kernel_sizes, paddings=self.paddings,
-        decoder_filters=self.decoder_filters, pools=self.pools,
-        upsampled_conv=upsampled_conv)
-    self.upsampled_conv = bool(upsampled_conv)
+        paddings=self.paddings, decoder_filters=self.decoder_filters,
+        pools=self.pools)
     self.latent_dim = int(self.encoder.output.shape[-1])
-    self.lambda_d = keras.Variable(float(lambda_d), trainable=False,
-                                   name="lambda_d")
+    self.lambda_d = keras.Variable(float(self.stage1.lambda_d),
+                                   trainable=False, name="lambda_d")
     self.centroids = None
     if self.num_clusters is not None:
       if self.num_clusters < 2:
@@ -246,7 +123,7 @@ class DDLSC(keras.Model):
           shape=(self.num_clusters, self.latent_dim), initializer="zeros",
           trainable=False, name="centroids")
     terms = {"pretrain": ("loss", "l_d", "l_r") + (
-                 ("l_g",) if self.lambda_g else ()),
+                 ("l_g",) if self.pretrain.lambda_g else ()),
              "cluster1": ("loss", "l_c", "l_d", "l_r"),
              "cluster2": ("loss", "l_c", "l_w", "l_b", "l_r")}
     self._trackers = {
@@ -280,9 +157,9 @@ class DDLSC(keras.Model):
 
   @phase.setter
   def phase(self, value):
-    if value not in self.PHASES:
+    if value not in PHASES:
       raise ValueError(
-          f"unknown phase {value!r}; expected one of {self.PHASES}.")
+          f"unknown phase {value!r}; expected one of {PHASES}.")
     if value != "pretrain" and self.centroids is None:
       raise ValueError(
           f"phase {value!r} needs centroids: build the model with "
@@ -335,7 +212,8 @@ class DDLSC(keras.Model):
           for i in range(0, n, batch_size)])
     key = (copies, self.affine)
     if getattr(self, "_copies_mean_for", None) != key:
-      self._copies_mean = _copies_mean(self.encoder, self.affine, copies)
+      self._copies_mean = augment_lib.copies_mean(self.encoder, self.affine,
+                                                  copies)
       self._copies_mean_for = key
     seed = tf.constant([int(seed), 0], tf.int64)
     return np.concatenate([
@@ -346,39 +224,13 @@ class DDLSC(keras.Model):
 
   def recalibrate_batch_norm(self, images, *, batch_size, seed=0):
     """Sets every batch norm's moving statistics to their values over
-    `images` ("precise" batch norm), so inference sees the network that
-    training sees.
-
-    Training normalises with batch statistics; inference with moving
-    averages (momentum 0.99, a time constant of 100 steps). Where a run has
-    few steps (COIL-20: 2 per epoch) the averages lag far behind the
-    weights, and `embed` gives a latent unlike the trained one. Here every
-    batch-norm input is measured in training mode, as a train step sees it
-    (without the augmented copies a step may add), over random batches of
-    `batch_size` (the last partial one dropped, as in training; all images
-    if fewer), and each moving mean / variance becomes the mean of its
-    batch means / (biased) batch variances. Deterministic for a seed; the
-    trainable weights are unchanged.
-    """
-    n = len(images)
-    if n == 0:
-      raise ValueError("recalibrate_batch_norm needs at least one image.")
-    if not hasattr(self, "_bn_moments"):
-      self._bn_moments = _batch_norm_moments(self.encoder, self.decoder)
-    moments = self._bn_moments
-    layers = _batch_norms(self.encoder) + _batch_norms(self.decoder)
-    size = min(int(batch_size), n)
-    order = np.random.default_rng(seed).permutation(n)
-    per_batch = []  # per batch, per layer: (mean, variance)
-    for start in range(0, n - size + 1, size):
-      index = np.sort(order[start:start + size])
-      batch = (images[index] if isinstance(images, np.ndarray)
-               else tf.gather(images, index))
-      per_batch.append([(m.numpy(), v.numpy()) for m, v in moments(batch)])
-    for layer, stats in zip(layers, zip(*per_batch)):
-      means, variances = zip(*stats)
-      layer.moving_mean.assign(np.mean(means, axis=0))
-      layer.moving_variance.assign(np.mean(variances, axis=0))
+    `images` (`networks.recalibrate_batch_norm`)."""
+    if not hasattr(self, "_bn_moments"):  # one trace per model
+      self._bn_moments = networks.batch_norm_moments(self.encoder,
+                                                     self.decoder)
+    networks.recalibrate_batch_norm(self.encoder, self.decoder, images,
+                                    batch_size=batch_size, seed=seed,
+                                    moments=self._bn_moments)
 
   def train_step(self, data):
     step = getattr(self, f"_{self.phase}_step")
@@ -438,17 +290,42 @@ class DDLSC(keras.Model):
     archive.write_out(filepath, verbose=bool(verbose))
     return None
 
+  # --- The train steps ------------------------------------------------------
+
   def _anchors(self, x, groups=None):
-    """Anchor mask and the pairs L_d leaves out (None: eq. 5 as written);
-    with `groups` [B], same-group pairs are anchors too."""
-    anchors, graph = losses.anchor_mask(
-        losses.knn_features(x, features=self.knn_features), k=self.knn_k,
-        anchor_fraction=self.anchor_fraction,
-        selection=self.anchor_selection, return_graph=True)
-    anchors = losses.extend_anchors(anchors, hops=self.anchor_hops)
+    """The batch's anchor mask (section 3.1); with `groups` [B], same-group
+    pairs are anchors too."""
+    p = self.pretrain
+    anchors = anchors_lib.anchor_mask(x, k=p.knn_k,
+                                      anchor_fraction=p.anchor_fraction,
+                                      selection=p.anchor_selection)
     if groups is not None:
-      anchors = losses.group_anchors(anchors, groups)
-    return anchors, (graph if self.knn_neutral else None)
+      anchors = anchors_lib.group_anchors(anchors, groups)
+    return anchors
+
+  def _with_copies(self, x, anchors=None, assignments=None):
+    """[x; copies], the anchors with each (image, copy) pair added, and the
+    assignments with each copy taking its image's, when the model augments.
+    A step's maps depend on the seed and the optimizer's step count only."""
+    if self.affine is None:
+      return x, anchors, assignments
+    step = tf.cast(self.optimizer.iterations, tf.int32)
+    copies = augment_lib.random_affine(x, affine=self.affine,
+                                       seed=tf.stack([self.seed, step]))
+    x = tf.concat([x, copies], axis=0)
+    if anchors is not None:
+      anchors = anchors_lib.with_copy_anchors(anchors)
+    if assignments is not None:
+      assignments = tf.concat([assignments, assignments], axis=0)
+    return x, anchors, assignments
+
+  def _forward(self, stacked, x):
+    """(z of every row, x̂ of the batch's own images): the decoder leaves
+    the copies out."""
+    z = self.encoder(stacked, training=True)
+    if self.affine is None:
+      return z, self.decoder(z, training=True)
+    return z, self.decoder(z[:tf.shape(x)[0]], training=True)
 
   def _apply(self, tape, total, values):
     variables = self.trainable_variables
@@ -458,117 +335,57 @@ class DDLSC(keras.Model):
       tracker.update_state(value)
     return {m.name: m.result() for m in self.metrics}
 
-  def _stack_copies(self, x):
-    """([x; copies], index): a random affine copy of each image of x, or of
-    a random `augment_fraction` of them, the copy j made from x[index[j]]
-    (index None: every image, in order). With `augment_originals` the
-    first rows are a second random view of x instead of x itself. The maps
-    and the subset depend on the seed and the optimizer's step count
-    only."""
-    step = tf.cast(self.optimizer.iterations, tf.int32)
-    seed = tf.stack([self.seed, step])
-    index, originals = None, x
-    if self.augment_fraction < 1.0:
-      b = tf.shape(x)[0]
-      m = tf.maximum(1, tf.cast(tf.round(
-          self.augment_fraction * tf.cast(b, tf.float32)), tf.int32))
-      order = tf.argsort(tf.random.stateless_uniform(
-          [b], seed=tf.random.experimental.stateless_fold_in(seed, 1)))
-      index = order[:m]
-      originals = tf.gather(x, index)
-    copies = augment_lib.random_affine(originals, affine=self.affine,
-                                       seed=seed)
-    if self.augment_originals:
-      x = augment_lib.random_affine(
-          x, affine=self.affine,
-          seed=tf.random.experimental.stateless_fold_in(seed, 2))
-    return tf.concat([x, copies], axis=0), index
-
-  def _adds_copies(self):
-    return self.affine is not None and self.phase in self.augment_phases
-
-  def _with_copies(self, x, anchors, ignore, assignments=None):
-    """x, its masks and assignments, with the copies appended when the
-    model augments in the current phase. A copy takes its image's
-    assignment; the kNN-neutral mask leaves no copy pair out."""
-    if not self._adds_copies():
-      return x, anchors, ignore, assignments
-    b = tf.shape(x)[0]
-    x, index = self._stack_copies(x)
-    m = tf.shape(x)[0] - b
-    if ignore is not None:
-      ignore = tf.pad(ignore, [[0, m], [0, m]], constant_values=False)
-    if anchors is not None:
-      anchors = losses.with_copy_anchors(
-          anchors, index, share=self.copies_share_anchors)
-    if assignments is not None:
-      assignments = tf.concat([assignments, assignments if index is None
-                               else tf.gather(assignments, index)], axis=0)
-    return x, anchors, ignore, assignments
-
-  def _forward(self, x, originals):
-    """(z, x̂, the images x̂ reconstructs) for x, the batch `originals`
-    with any copies `_with_copies` appended: z for every row; x̂ for every
-    row, or for the batch's own rows (its views, with `augment_originals`)
-    when the copies are not reconstructed."""
-    z = self.encoder(x, training=True)
-    if self.reconstruct_copies or not self._adds_copies():
-      return z, self.decoder(z, training=True), x
-    b = tf.shape(originals)[0]
-    if self.augment_originals:
-      originals = x[:b]  # the views the encoder saw
-    return z, self.decoder(z[:b], training=True), originals
-
   def _pretrain_step(self, data):
+    """Algorithm 1's step: eq. 6 on one batch (+ λ_g L_g with groups)."""
     data = tuple(data) if isinstance(data, (tuple, list)) else (data,)
     x, groups = data[0], (data[2] if len(data) > 2 else None)
-    if self.lambda_g and groups is None:
+    p = self.pretrain
+    if p.lambda_g and groups is None:
       raise ValueError(
-          f"lambda_g={self.lambda_g} needs the batches' anchor groups "
+          f"lambda_g={p.lambda_g} needs the batches' anchor groups "
           f"(images, labels, groups); these batches have none.")
-    anchors, ignore = self._anchors(x, groups)
-    stacked, anchors, ignore, groups = self._with_copies(x, anchors, ignore,
-                                                         groups)
+    stacked, anchors, groups = self._with_copies(
+        x, self._anchors(x, groups), groups)
     with tf.GradientTape() as tape:
-      z, x_hat, target = self._forward(stacked, x)
+      z, x_hat = self._forward(stacked, x)
       total, l_d, l_r = losses.pretrain_loss(
-          x=target, z=z, x_hat=x_hat, anchors=anchors, alpha=self.alpha,
-          lambda_r=self.lambda_r, ignore=ignore,
-          power=self.nonanchor_power, anchor_power=self.anchor_power)
+          x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=p.alpha,
+          lambda_r=p.lambda_r, anchor_power=p.anchor_power)
       values = (total, l_d, l_r)
-      if self.lambda_g:
-        l_g = losses.GROUP_PUSHES[self.group_push](z=z, groups=groups)
-        total = total + self.lambda_g * l_g
+      if p.lambda_g:
+        l_g = losses.group_mean_push_loss(z=z, groups=groups)
+        total = total + p.lambda_g * l_g
         values = (total, l_d, l_r, l_g)
     return self._apply(tape, total, values)
 
   def _cluster1_step(self, data):
+    """Stage I's step on θ for fixed S and μ: eq. 8."""
     x, _, assignments = data
-    anchors, ignore = self._anchors(x)
-    stacked, anchors, ignore, assignments = self._with_copies(
-        x, anchors, ignore, assignments)
+    p = self.pretrain
+    stacked, anchors, assignments = self._with_copies(
+        x, self._anchors(x), assignments)
     with tf.GradientTape() as tape:
-      z, x_hat, target = self._forward(stacked, x)
+      z, x_hat = self._forward(stacked, x)
       total, l_c, l_d, l_r = losses.stage1_loss(
-          x=target, z=z, x_hat=x_hat, centroids=self.centroids,
-          assignments=assignments, anchors=anchors, alpha=self.alpha,
-          lambda_d=self.lambda_d, lambda_r=self.cluster_lambda_r,
-          ignore=ignore, softmax_scale=self.softmax_scale,
-          power=self.nonanchor_power, anchor_power=self.anchor_power)
+          x=x, z=z, x_hat=x_hat, centroids=self.centroids,
+          assignments=assignments, anchors=anchors, alpha=p.alpha,
+          lambda_d=self.lambda_d, lambda_r=p.lambda_r,
+          softmax_scale=self.stage1.softmax_scale,
+          anchor_power=p.anchor_power)
     return self._apply(tape, total, (total, l_c, l_d, l_r))
 
   def _cluster2_step(self, data):
+    """Stage II's step on θ for fixed S and μ: eq. 11."""
     x, _, assignments = data
-    stacked, _, _, assignments = self._with_copies(x, None, None,
-                                                   assignments)
+    s = self.stage2
+    stacked, _, assignments = self._with_copies(x, assignments=assignments)
     with tf.GradientTape() as tape:
-      z, x_hat, target = self._forward(stacked, x)
+      z, x_hat = self._forward(stacked, x)
       total, l_c, l_w, l_b, l_r = losses.stage2_loss(
-          x=target, z=z, x_hat=x_hat, centroids=self.centroids,
+          x=x, z=z, x_hat=x_hat, centroids=self.centroids,
           assignments=assignments, num_clusters=self.num_clusters,
-          lambda_w=self.lambda_w, lambda_b=self.lambda_b,
-          lambda_r=self.cluster_lambda_r,
-          softmax_scale=self.cluster2_softmax_scale)
+          lambda_w=s.lambda_w, lambda_b=s.lambda_b,
+          lambda_r=self.pretrain.lambda_r, softmax_scale=s.softmax_scale)
     return self._apply(tape, total, (total, l_c, l_w, l_b, l_r))
 
   def get_config(self):
@@ -576,45 +393,24 @@ class DDLSC(keras.Model):
     config.update(
         input_shape=self.image_shape,
         encoder_filters=self.encoder_filters,
-        kernel_sizes=self.kernel_sizes,
         paddings=self.paddings,
         decoder_filters=self.decoder_filters,
         pools=self.pools,
-        knn_k=self.knn_k,
-        anchor_fraction=self.anchor_fraction,
-        anchor_selection=self.anchor_selection,
-        knn_neutral=self.knn_neutral,
-        anchor_hops=self.anchor_hops,
-        nonanchor_power=self.nonanchor_power,
-        anchor_power=self.anchor_power,
-        lambda_g=self.lambda_g,
-        group_push=self.group_push,
-        knn_features=self.knn_features,
         num_clusters=self.num_clusters,
-        lambda_d=float(self.lambda_d.numpy()),
-        lambda_w=self.lambda_w,
-        lambda_b=self.lambda_b,
-        cluster_lambda_r=self.cluster_lambda_r,
-        softmax_scale=self.softmax_scale,
-        cluster2_softmax_scale=self.cluster2_softmax_scale,
-        alpha=self.alpha,
-        lambda_r=self.lambda_r,
+        pretrain=dataclasses.asdict(self.pretrain),
+        stage1=dataclasses.asdict(dataclasses.replace(
+            self.stage1, lambda_d=float(self.lambda_d.numpy()))),
+        stage2=dataclasses.asdict(self.stage2),
         augment=None if self.affine is None else list(self.affine),
-        augment_fraction=self.augment_fraction,
-        augment_phases=list(self.augment_phases),
-        reconstruct_copies=self.reconstruct_copies,
-        copies_share_anchors=self.copies_share_anchors,
-        augment_originals=self.augment_originals,
         seed=self.seed,
-        phase=self.phase,
-        upsampled_conv=self.upsampled_conv,
-    )
+        phase=self.phase)
     return config
 
   @classmethod
   def from_config(cls, config):
-    config = configs.upgrade_saved(config)
-    # A model saved before the decoder's `UpsampledConv2D` (session 10) has
-    # no "upsampled_conv" in its config and its weights in separate Resizing
-    # and Conv2D layers: rebuild that layout so they load.
-    return super().from_config({"upsampled_conv": False, **config})
+    if "knn_k" in config:  # loss settings as constructor arguments
+      raise ValueError(
+          "this model was saved by an earlier version of ddlsc_tf (its loss "
+          "settings are not grouped per phase), which this version does not "
+          "load; train it again with this version.")
+    return super().from_config(config)

@@ -15,6 +15,9 @@ import numpy as np
 import tensorflow as tf
 
 
+KERNEL_SIZE = 3  # every conv is 3x3 (section 4)
+
+
 def _all_pools(pools, filters):
   """None means every block pools (the MNIST network)."""
   return (True,) * len(filters) if pools is None else tuple(pools)
@@ -30,7 +33,7 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
   unbiased variance is turned back into Keras' biased one). Outputs and
   gradients match Keras' layer to float32 round-off (tests/test_networks.py)
   at about a third of its time on CPU, where Keras' unfused batch norm was
-  the most expensive op of the MNIST network (RESULTS.md, "Speed").
+  the most expensive op of the MNIST network.
   The fused kernel is fast only where the channels are a multiple of 4
   (MNIST's 8 and 4, COIL-100's 20); with other counts (MNIST's 15, COIL's
   17 and 6) it took about twice Keras' own time, so those use Keras' code.
@@ -78,8 +81,8 @@ class UpsampledConv2D(keras.layers.Conv2D):
   conv with f²·filters outputs followed by `depth_to_space` gives the same
   result to float32 round-off (tests/test_networks.py), at about half the
   time of up-sampling and convolving on CPU, where the decoder's last
-  up-sampling and its one-channel conv were its most expensive ops
-  (RESULTS.md, "Speed"). Other sizes and layouts up-sample first.
+  up-sampling and its one-channel conv were its most expensive ops. Other
+  sizes and layouts up-sample first.
   """
 
   def __init__(self, filters, kernel_size, *, size, **kwargs):
@@ -128,53 +131,51 @@ class UpsampledConv2D(keras.layers.Conv2D):
     return {**super().get_config(), "size": self.size}
 
 
-def _encoder_shapes(input_shape, filters, kernel_sizes, paddings, pools):
+def _encoder_shapes(input_shape, filters, paddings, pools):
   """Spatial sizes (H, W) after each encoder block (conv, then the optional
   2x2 max-pool)."""
-  if not len(filters) == len(kernel_sizes) == len(paddings) == len(pools):
+  if not len(filters) == len(paddings) == len(pools):
     raise ValueError(
-        f"filters {filters}, kernel_sizes {kernel_sizes}, paddings "
-        f"{paddings} and pools {pools} must have the same length.")
+        f"filters {filters}, paddings {paddings} and pools {pools} must "
+        f"have the same length.")
   bad = [p for p in paddings if p not in ("same", "valid")]
   if bad:
     raise ValueError(f"paddings {paddings}: {bad[0]!r} is not 'same' or "
                      f"'valid'.")
   h, w = input_shape[:2]
   sizes = []
-  for kernel, padding, pool in zip(kernel_sizes, paddings, pools):
+  for padding, pool in zip(paddings, pools):
     if padding == "valid":
-      h, w = h - kernel + 1, w - kernel + 1
+      h, w = h - KERNEL_SIZE + 1, w - KERNEL_SIZE + 1
     if pool:
       h, w = h // 2, w // 2
     if h < 1 or w < 1:
       raise ValueError(
-          f"encoder with filters={filters}, kernel_sizes={kernel_sizes}, "
-          f"paddings={paddings}, pools={pools} shrinks input {input_shape} "
-          f"below 1x1.")
+          f"encoder with filters={filters}, paddings={paddings}, "
+          f"pools={pools} shrinks input {input_shape} below 1x1.")
     sizes.append((h, w))
   return sizes
 
 
-def latent_dim(input_shape, *, filters, kernel_sizes, paddings, pools=None):
+def latent_dim(input_shape, *, filters, paddings, pools=None):
   """Size d of the flattened latent for an input [H, W, C]."""
-  h, w = _encoder_shapes(input_shape, filters, kernel_sizes, paddings,
+  h, w = _encoder_shapes(input_shape, filters, paddings,
                          _all_pools(pools, filters))[-1]
   return h * w * filters[-1]
 
 
-def build_encoder(input_shape, *, filters, kernel_sizes, paddings, pools=None,
+def build_encoder(input_shape, *, filters, paddings, pools=None,
                   name="encoder"):
   """Encoder f(x; θ_e): [B, H, W, C] → [B, d].
 
   `pools[i]` says whether block i ends with a 2x2 max-pool (None: all do).
   """
   pools = _all_pools(pools, filters)
-  _encoder_shapes(input_shape, filters, kernel_sizes, paddings, pools)
+  _encoder_shapes(input_shape, filters, paddings, pools)
   inputs = keras.Input(shape=tuple(input_shape), name="image")
   h = inputs
-  for i, (f, k, p, pool) in enumerate(
-      zip(filters, kernel_sizes, paddings, pools)):
-    h = keras.layers.Conv2D(f, k, padding=p, activation="relu",
+  for i, (f, p, pool) in enumerate(zip(filters, paddings, pools)):
+    h = keras.layers.Conv2D(f, KERNEL_SIZE, padding=p, activation="relu",
                             name=f"conv{i + 1}")(h)
     h = FusedBatchNormalization(name=f"bn{i + 1}")(h)
     if pool:
@@ -183,9 +184,8 @@ def build_encoder(input_shape, *, filters, kernel_sizes, paddings, pools=None,
   return keras.Model(inputs, z, name=name)
 
 
-def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
-                  decoder_filters, pools=None, upsampled_conv=True,
-                  name="decoder"):
+def build_decoder(input_shape, *, encoder_filters, paddings, decoder_filters,
+                  pools=None, name="decoder"):
   """Decoder g(z; θ_d): [B, d] → [B, H, W, C].
 
   Mirrors the encoder's spatial sizes: up-samples (nearest neighbour) to the
@@ -193,12 +193,9 @@ def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
   batch norm, then to the input size, where a last linear 3x3 conv maps to
   the input channels. (MNIST: 2x2 → 7x7 → 14x14 → 28x28; a 32x32 encoder
   ending unpooled on 5x5: 5x5 → 7x7 → 16x16 → 32x32.) Each up-sampling and
-  the conv after it are one `UpsampledConv2D` layer, named after the conv;
-  `upsampled_conv=False` builds the same maths as separate Keras `Resizing`
-  and `Conv2D` layers, the layout of models saved before that layer
-  existed, so that their weights load.
+  the conv after it are one `UpsampledConv2D` layer, named after the conv.
   """
-  sizes = _encoder_shapes(input_shape, encoder_filters, kernel_sizes, paddings,
+  sizes = _encoder_shapes(input_shape, encoder_filters, paddings,
                           _all_pools(pools, encoder_filters))
   if len(decoder_filters) != len(sizes) - 1:
     raise ValueError(
@@ -210,18 +207,75 @@ def build_decoder(input_shape, *, encoder_filters, kernel_sizes, paddings,
   inputs = keras.Input(shape=(d,), name="latent")
   h = keras.layers.Reshape((h_lat, w_lat, encoder_filters[-1]),
                            name="unflatten")(inputs)
-
-  def upsample_conv(h, i, size, filters, name, activation=None):
-    if upsampled_conv:
-      return UpsampledConv2D(filters, 3, size=size, padding="same",
-                             activation=activation, name=name)(h)
-    h = keras.layers.Resizing(*size, interpolation="nearest",
-                              name=f"upsample{i}")(h)
-    return keras.layers.Conv2D(filters, 3, padding="same",
-                               activation=activation, name=name)(h)
   for i, (target, f) in enumerate(zip(targets[:-1], decoder_filters), 1):
-    h = upsample_conv(h, i, target, f, f"conv{i}", activation="relu")
+    h = UpsampledConv2D(f, KERNEL_SIZE, size=target, padding="same",
+                        activation="relu", name=f"conv{i}")(h)
     h = FusedBatchNormalization(name=f"bn{i}")(h)
-  outputs = upsample_conv(h, len(targets), targets[-1], input_shape[-1],
-                          "reconstruction")
+  outputs = UpsampledConv2D(input_shape[-1], KERNEL_SIZE, size=targets[-1],
+                            padding="same", name="reconstruction")(h)
   return keras.Model(inputs, outputs, name=name)
+
+
+def _batch_norms(network):
+  return [layer for layer in network.layers
+          if isinstance(layer, keras.layers.BatchNormalization)]
+
+
+def batch_norm_moments(encoder, decoder):
+  """fn(x) → [(mean, variance)] per channel of the input of every batch
+  norm of encoder then decoder, over the batch x in training mode."""
+  def probe(network):
+    return keras.Model(network.inputs,
+                       [layer.input for layer in _batch_norms(network)]
+                       + list(network.outputs))
+
+  encoder_probe, decoder_probe = probe(encoder), probe(decoder)
+
+  @tf.function(reduce_retracing=True)
+  def moments(x):
+    # Training mode: each batch norm upstream normalises with this batch's
+    # statistics, as in a train step (its moving averages also move; the
+    # caller overwrites them).
+    *inputs, z = encoder_probe(x, training=True)
+    *more, _ = decoder_probe(z, training=True)
+    return [tf.nn.moments(h, axes=list(range(len(h.shape) - 1)))
+            for h in inputs + more]
+
+  return moments
+
+
+def recalibrate_batch_norm(encoder, decoder, images, *, batch_size, seed=0,
+                           moments=None):
+  """Sets every batch norm's moving statistics to their values over
+  `images` ("precise" batch norm), so inference sees the network that
+  training sees.
+
+  Training normalises with batch statistics; inference with moving
+  averages (momentum 0.99, a time constant of 100 steps). Where a run has
+  few steps (COIL-20: 2 per epoch) the averages lag far behind the
+  weights, and `embed` gives a latent unlike the trained one. Here every
+  batch-norm input is measured in training mode, as a train step sees it
+  (without the augmented copies a step may add), over random batches of
+  `batch_size` (the last partial one dropped, as in training; all images
+  if fewer), and each moving mean / variance becomes the mean of its
+  batch means / (biased) batch variances. Deterministic for a seed; the
+  trainable weights are unchanged. `moments`: a cached
+  `batch_norm_moments(encoder, decoder)`.
+  """
+  n = len(images)
+  if n == 0:
+    raise ValueError("recalibrate_batch_norm needs at least one image.")
+  moments = moments or batch_norm_moments(encoder, decoder)
+  layers = _batch_norms(encoder) + _batch_norms(decoder)
+  size = min(int(batch_size), n)
+  order = np.random.default_rng(seed).permutation(n)
+  per_batch = []  # per batch, per layer: (mean, variance)
+  for start in range(0, n - size + 1, size):
+    index = np.sort(order[start:start + size])
+    batch = (images[index] if isinstance(images, np.ndarray)
+             else tf.gather(images, index))
+    per_batch.append([(m.numpy(), v.numpy()) for m, v in moments(batch)])
+  for layer, stats in zip(layers, zip(*per_batch)):
+    means, variances = zip(*stats)
+    layer.moving_mean.assign(np.mean(means, axis=0))
+    layer.moving_variance.assign(np.mean(variances, axis=0))

@@ -8,15 +8,14 @@ from absl import flags
 
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
-from ddlsc_tf import train
+from ddlsc_tf import evaluation
 from experiments import config_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
 config_flags.define_data_flags()
 flags.DEFINE_string("out", None, "Optional JSON output path.")
-config_flags.define_overrides()  # --seed (k-means' random state),
-                                 # --kmeans_n_init, --num_clusters, ...
+config_flags.define_overrides()  # --seed (k-means' random state), ...
 
 
 def main(argv):
@@ -24,8 +23,8 @@ def main(argv):
   if FLAGS.out:
     checkpoints.check_output_path(FLAGS.out, "--out")
   config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
-  result = train.raw_kmeans_baseline(config, data_dir=FLAGS.data_dir,
-                                     manual_dir=FLAGS.manual_dir)
+  result = evaluation.raw_kmeans_baseline(config, data_dir=FLAGS.data_dir,
+                                          manual_dir=FLAGS.manual_dir)
   checkpoints.report_json(result, FLAGS.out)
 
 

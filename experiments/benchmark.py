@@ -7,7 +7,6 @@ cluster2_examples_per_s, eval_seconds, peak_rss_bytes and more.
 
 import os
 
-import keras
 
 from absl import app
 from absl import flags
@@ -16,8 +15,6 @@ from ddlsc_tf import benchmark
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
-from ddlsc_tf import networks
-from ddlsc_tf import train
 from experiments import config_flags
 
 FLAGS = flags.FLAGS
@@ -35,28 +32,12 @@ flags.DEFINE_bool(
     "write_reference", False,
     "Write this run's fixed-batch losses as the reference instead.")
 config_flags.define_overrides()  # --max_examples, --augment, ...
-flags.DEFINE_bool(
-    "unoptimised_network", False,
-    "Build the network as it was before the speed-ups: Keras' own "
-    "BatchNormalization, and Resizing then Conv2D in the decoder; e.g. to "
-    "write the reference.")
-
-
-def _use_the_unoptimised_network():
-  networks.FusedBatchNormalization = keras.layers.BatchNormalization
-  build_decoder = networks.build_decoder
-  networks.build_decoder = lambda *args, **kwargs: build_decoder(
-      *args, **{**kwargs, "upsampled_conv": False})
-
-
 def main(argv):
   del argv
   checkpoints.check_output_path(FLAGS.out, "--out")
-  if FLAGS.unoptimised_network:
-    _use_the_unoptimised_network()
   config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
-  images, labels = train.load_data(config, data_dir=FLAGS.data_dir,
-                                   manual_dir=FLAGS.manual_dir)
+  images, labels = data.load_for(config, data_dir=FLAGS.data_dir,
+                                 manual_dir=FLAGS.manual_dir)
   # As a run does: one tensor copy of the images, the NumPy one freed.
   images = data.as_tensor(images)
   result = benchmark.run_benchmark(config, images, labels,
@@ -101,7 +82,7 @@ def main(argv):
     # the reference.
     rows.append(("fixed-batch losses", f"not checked: no reference for "
                  f"{key} in {FLAGS.reference} (--write_reference writes "
-                 f"one from the unoptimised code)"))
+                 f"one)"))
   width = max(len(name) for name, _ in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value}")

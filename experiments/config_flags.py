@@ -19,12 +19,91 @@ def define_data_flags():
                       "Folder with the raw dataset archives, for offline use.")
 
 
+# Each Config field's flag help: what it does, its unit or choices. An
+# unset flag keeps the preset's value.
+HELP = {
+    "num_clusters": "K, the number of clusters.",
+    "seed": "Seed of every random draw of the run (initial weights, "
+            "batches, copies, k-means).",
+    "phases": "The phases to run, consecutive names from pretrain, "
+              "cluster1, cluster2.",
+    "max_examples": "Use only the first N images of the dataset (a folder: N "
+                    "evenly spaced ones).",
+    "image_size": "Folders only: resize every image to this many pixels "
+                  "square.",
+    "channels": "Folders only: 1 (gray) or 3 (RGB); unset: 1 if every file "
+                "is gray.",
+    "encoder_filters": "Filters of each 3x3 encoder conv block.",
+    "paddings": "Each encoder block's padding: same or valid.",
+    "pools": "Whether each encoder block ends with a 2x2 max-pool "
+             "(true/false per block).",
+    "decoder_filters": "Filters of each decoder block before the output "
+                       "conv (one fewer than the encoder's).",
+    "batch_size": "Images per batch |B| in every phase.",
+    "pretrain_epochs": "Pre-training epochs (Algorithm 1), at most.",
+    "knn_k": "Neighbours per image in each batch's kNN graph on raw pixels.",
+    "anchor_fraction": "Fraction in (0, 1] of the batch's kNN pairs kept as "
+                       "anchor pairs.",
+    "anchor_selection": "How kNN pairs are ranked for the anchors: "
+                        "similarity (the paper's raw cosine) or rank (the "
+                        "pair's worse neighbour rank).",
+    "anchor_power": "Exponent q >= 1 of the anchor pull (1 - C_ij)^q; 1 is "
+                    "eq. 5.",
+    "lambda_r": "Weight λ of the reconstruction loss in every phase "
+                "(eq. 6).",
+    "pretrain_tolerance": "Stop pre-training when L_d moves less than this "
+                          "between epochs; 0 runs every epoch.",
+    "batch_neighbours": "Neighbours m drawn per batch seed from the "
+                        "whole-data kNN table; 0 gives plain random batches.",
+    "augment": "Largest random rotation (degrees), scale, shear and shift "
+               "(pixels) of an anchored copy of each image; empty: no "
+               "copies.",
+    "anchor_groups": "Make every pair of one mutual-neighbour group an "
+                     "anchor in pre-training.",
+    "lambda_g": "Weight of the push between anchor groups' mean directions "
+                "in pre-training; needs anchor_groups.",
+    "recalibrate_batch_norm": "Set batch-norm statistics from the whole "
+                              "data before each embedding.",
+    "cluster1_iterations": "Stage I outer iterations (Algorithm 2), at "
+                           "most.",
+    "cluster2_iterations": "Stage II outer iterations, at most.",
+    "min_steps_per_iteration": "Optimizer steps on the network per outer "
+                               "iteration, at least (at least 2 epochs).",
+    "cluster_tolerance": "Stop a stage when L_c moves less than this between "
+                         "iterations.",
+    "cluster2_tolerance": "Stage II's tolerance; unset: cluster_tolerance; 0 "
+                          "runs every iteration.",
+    "lambda_d": "Stage I's weight λ_d of L_d at the first iteration, "
+                "decreased linearly to 1 (eq. 8).",
+    "lambda_w": "Stage II's weight λ_w of the within-cluster term L_w "
+                "(eq. 11).",
+    "lambda_b": "Stage II's weight λ_b of the between-cluster term L_b "
+                "(eq. 11).",
+    "softmax_scale": "Above 0, the stages fit S by a softmax over the "
+                     "centroids at this scale instead of L_c; 0 is the "
+                     "paper's.",
+    "cluster2_softmax_scale": "Stage II's softmax scale; unset: "
+                              "softmax_scale.",
+    "cluster_init": "The clustering phase's start partition: kmeans or "
+                    "spectral.",
+    "cluster2_assignment": "How stage II chooses S: nearest (centroid, the "
+                           "paper's), balanced (equal sizes) or refresh (a "
+                           "new partition each iteration).",
+    "vote_rounds": "Rounds of the kNN vote that smooths every S; 0: none.",
+    "vote_latent_from": "From this stage II iteration on, the vote also "
+                        "uses the latent's neighbours; unset: never.",
+    "eval_every": "Pre-training epochs between two scores of the latent.",
+    "embed_copies": "Pre-training's scores average the latent over this "
+                    "many affine copies (0: the plain latent).",
+}
+
+
 def define_overrides(skip=("dataset",)):
   """Defines a flag (default None) for every Config field not in `skip`."""
   for field in dataclasses.fields(configs.Config):
     if field.name in skip:
       continue
-    help_ = f"Override the preset's {field.name}."
+    help_ = HELP[field.name]
     kind = typing.get_args(field.type) or (field.type,)  # Optional[X] → X
     if typing.get_origin(field.type) is tuple:
       flags.DEFINE_list(field.name, None, help_ + " Comma-separated.")

@@ -12,7 +12,7 @@ from absl import app
 from absl import flags
 
 from ddlsc_tf import checkpoints
-from ddlsc_tf import train
+from ddlsc_tf import evaluation
 from experiments import config_flags
 
 FLAGS = flags.FLAGS
@@ -27,7 +27,7 @@ def main(argv):
   del argv
   if FLAGS.out:
     checkpoints.check_output_path(FLAGS.out, "--out")
-  result = train.evaluate_saved(
+  result = evaluation.evaluate_saved(
       FLAGS.model, changes=config_flags.changes(), data_dir=FLAGS.data_dir,
       manual_dir=FLAGS.manual_dir)
   checkpoints.report_json(result, FLAGS.out)

@@ -25,6 +25,9 @@ flags.DEFINE_bool("resume", False,
                   "(same flags); starts afresh if it has none.")
 flags.DEFINE_bool("overwrite", False,
                   "Delete an earlier run's outputs in --workdir first.")
+flags.DEFINE_bool("pictures", True,
+                  "Draw each phase's t-SNE and confusion pictures "
+                  "(needs matplotlib); --nopictures skips them.")
 
 
 config_flags.define_overrides()
@@ -42,6 +45,7 @@ def main(argv):
                            manual_dir=FLAGS.manual_dir,
                            init_from=FLAGS.init_from,
                            resume=FLAGS.resume, overwrite=FLAGS.overwrite,
+                           pictures=FLAGS.pictures,
                            verbose=(FLAGS.verbose if FLAGS.verbose == "auto"
                                     else int(FLAGS.verbose)))
 

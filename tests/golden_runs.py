@@ -80,10 +80,10 @@ def run(name, workdir, *, data_dir, shared):
     config = configs.get_preset(f"folder:{folder}")
   else:
     config = configs.get_preset(preset)
-  config = config.replace(tsne_points=0, seed=0, **overrides)
+  config = config.replace(seed=0, **overrides)
   result = train.train_and_evaluate(
       config, os.path.join(workdir, "run"), data_dir=data_dir,
-      manual_dir=manual_dir, verbose=0)
+      manual_dir=manual_dir, verbose=0, pictures=False)
   if data is None:
     result["dataset"] = "folder:IMAGES"  # not the temporary path
   return result

@@ -5,7 +5,7 @@ within `golden_runs.TOLERANCE` elsewhere (see tests/golden_runs.py)."""
 import pytest
 
 import golden_runs
-from ddlsc_tf import train as provenance  # environment()
+from ddlsc_tf import provenance
 
 
 @pytest.mark.parametrize("name", list(golden_runs.RUNS))

@@ -1,0 +1,270 @@
+"""Whole-data neighbour tables and what is built on them: neighbour-grouped
+batches' partners, anchor groups and the kNN vote that smooths a partition.
+
+Each image's nearest images are found by an exact cosine scan of the whole
+data set, in blocks.
+"""
+
+import time
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from ddlsc_tf import data
+
+# The vote's table re-ranks neighbours allowing strokes offset by up to this
+# many pixels (ours).
+VOTE_SHIFT = 2
+
+
+def neighbour_table(images, *, k, chunk=250, shift=0, candidates=50):
+  """Each image's k most cosine-similar other images in the whole dataset.
+
+  The same similarity as the per-batch kNN graph (`anchors.knn_graph`),
+  over all N images, [chunk, N] at a time: the extra memory is two
+  [chunk, N] float32 blocks (MNIST: 140 MB). On another machine or thread count, near-ties may order a row
+  differently.
+
+  Args:
+    images: [N, H, W, C] float32, NumPy or a tensor.
+    k: neighbours per image, 1 <= k < N.
+    chunk: rows of the similarity matrix computed at once.
+    shift: 0, or re-rank each image's `candidates` most similar images by
+      `shifted_cosines` with translations of up to `shift` pixels and keep
+      the top k (a pair whose strokes are offset by a pixel or two counts
+      as close).
+    candidates: how many neighbours `shift` re-ranks (capped at N - 1).
+
+  Returns:
+    [N, k] int32 NumPy array: row i holds i's neighbours, most similar
+    first; never i itself.
+  """
+  n = int(images.shape[0])
+  if not 1 <= k < n:
+    raise ValueError(f"neighbour_table needs 1 <= k < N = {n}, got k={k}.")
+  if shift < 0:
+    raise ValueError(f"shift must be >= 0 pixels, got {shift}.")
+  if shift:
+    if candidates < k:
+      raise ValueError(f"candidates ({candidates}) must be >= k ({k}).")
+    pool = neighbour_table(images, k=min(candidates, n - 1), chunk=chunk)
+    scores = np.concatenate([
+        shifted_cosines(images, pool[start:start + chunk], start=start,
+                        shift=shift)
+        for start in range(0, n, chunk)])
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(pool, order, axis=1).astype(np.int32)
+  feats = tf.reshape(data.as_tensor(images), [n, -1])
+  # Ranking row i's candidates j by x_i·x_j / |x_j| is ranking by cosine.
+  inv_norm = 1.0 / tf.maximum(tf.norm(feats, axis=1), 1e-12)
+  table = []
+  for start in range(0, n, chunk):
+    rows = feats[start:start + chunk]
+    sim = tf.matmul(rows, feats, transpose_b=True) * inv_norm[None, :]
+    top = tf.math.top_k(sim, k=k + 1).indices
+    # Drop the image itself (first, or later among exact duplicates; if a
+    # duplicate pushed it out of the top k+1, drop the last instead).
+    own = tf.range(start, start + tf.shape(rows)[0])[:, None]
+    key = tf.where(top == own, k + 1, tf.range(k + 1)[None, :])
+    keep = tf.argsort(key, axis=1, stable=True)[:, :k]
+    table.append(tf.gather(top, keep, batch_dims=1).numpy())
+  return np.concatenate(table).astype(np.int32)
+
+
+def anchor_groups(neighbours, *, max_size):
+  """Groups of images joined by chains of mutual nearest neighbours, none
+  larger than `max_size` (ours; `configs.Config.anchor_groups`).
+
+  Single linkage over the mutual pairs of a neighbour table: i and j are a
+  mutual pair when each is in the other's row. Pairs are taken strongest
+  first, by the larger of their two ranks (then the smaller, then the
+  indices), and each joins its two groups unless the union would hold more
+  than `max_size` images. A pose circle of COIL, or any chain of views
+  each the nearest of the next, ends in one group, while a bridge between
+  two such chains comes late and finds them full.
+
+  Args:
+    neighbours: [N, k] int table, row i i's neighbours most similar first
+      (`neighbour_table`).
+    max_size: int >= 1, the most images a group may hold.
+
+  Returns:
+    [N] int32 group ids in [0, G), numbered by their first image.
+  """
+  neighbours = np.asarray(neighbours, np.int64)
+  n, k = neighbours.shape
+  if max_size < 1:
+    raise ValueError(f"max_size must be >= 1, got {max_size}.")
+  rows = np.repeat(np.arange(n), k)
+  cols = neighbours.ravel()
+  ranks = np.tile(np.arange(k), n)
+  # Each entry (i -> j) looks up its reverse (j -> i) among the sorted
+  # entries: a mutual pair when it is there, with i's rank in j's row.
+  keys = rows * n + cols
+  order = np.argsort(keys, kind="stable")
+  sorted_keys, sorted_ranks = keys[order], ranks[order]
+  reverse = cols * n + rows
+  at = np.minimum(np.searchsorted(sorted_keys, reverse), len(keys) - 1)
+  mutual = (sorted_keys[at] == reverse) & (rows < cols)
+  first, second = rows[mutual], cols[mutual]
+  back = sorted_ranks[at][mutual]
+  worse = np.maximum(ranks[mutual], back)
+  better = np.minimum(ranks[mutual], back)
+  parent = np.arange(n)
+  size = np.ones(n, np.int64)
+
+  def root(a):
+    while parent[a] != a:
+      parent[a] = parent[parent[a]]
+      a = parent[a]
+    return a
+
+  for e in np.lexsort((second, first, better, worse)):
+    a, b = root(first[e]), root(second[e])
+    if a != b and size[a] + size[b] <= max_size:
+      if size[a] < size[b]:
+        a, b = b, a
+      parent[b] = a
+      size[a] += size[b]
+  roots = np.array([root(a) for a in range(n)])
+  _, first_image, ids = np.unique(roots, return_index=True,
+                                  return_inverse=True)
+  # Renumber so a group's id follows its first image's position.
+  rank_of = np.empty(len(first_image), np.int64)
+  rank_of[np.argsort(first_image)] = np.arange(len(first_image))
+  return rank_of[ids].astype(np.int32)
+
+
+def shifted_cosines(images, candidates, *, start, shift):
+  """Translation-tolerant cosine of images to their candidate neighbours.
+
+  Pair (i, j) scores the largest cosine between image i and image j
+  translated by (dy, dx), |dy|, |dx| <= shift pixels, with zeros shifted
+  in (`shift` = 0: the plain cosine). Computed without translating the
+  candidates: x_i · shift_t(x_j) = shift_-t(x_i) · x_j, so one batched
+  matmul per row block scores every shift, and |shift_t(x_j)| comes from
+  x_j² summed over the pixels that stay in.
+
+  Args:
+    images: [N, H, W, C] float32, NumPy or a tensor.
+    candidates: [R, M] int, row r lists candidates for image start + r.
+    start: index of the first row's image.
+    shift: int >= 0, the largest translation in pixels.
+
+  Returns:
+    [R, M] float32 NumPy array.
+  """
+  images = data.as_tensor(images)
+  candidates = tf.convert_to_tensor(candidates, tf.int32)
+  rows = tf.shape(candidates)[0]
+  _, h, w, c = (int(d) for d in images.shape)
+  own = images[start:start + rows]
+  padded = tf.pad(own, [[0, 0], [shift, shift], [shift, shift], [0, 0]])
+  keep = np.pad(np.ones((h, w, c), np.float32),
+                [[shift, shift], [shift, shift], [0, 0]])
+  moved, stays = [], []
+  for dy in range(-shift, shift + 1):
+    for dx in range(-shift, shift + 1):
+      window = (slice(shift + dy, shift + dy + h),
+                slice(shift + dx, shift + dx + w))
+      moved.append(padded[:, window[0], window[1], :])  # shift_-t(x_i)
+      stays.append(keep[window])  # 1 where q + t is inside the image
+  moved = tf.reshape(tf.stack(moved, axis=1), [rows, len(stays), -1])
+  stays = tf.constant(np.stack(stays).reshape(len(stays), -1))   # [T, D]
+  others = tf.reshape(tf.gather(images, candidates), [rows, -1, h * w * c])
+  dots = tf.einsum("rtd,rmd->rtm", moved, others)                # [R, T, M]
+  kept = tf.einsum("rmd,td->rtm", tf.square(others), stays)  # |shift_t x_j|²
+  own_norm = tf.norm(tf.reshape(own, [rows, -1]), axis=1)[:, None, None]
+  cos = dots / (tf.maximum(own_norm, 1e-12)
+                * tf.maximum(tf.sqrt(kept), 1e-12))
+  return tf.reduce_max(cos, axis=1).numpy()
+
+
+def knn_vote(assignments, neighbours, *, num_clusters, rounds):
+  """Smooths a partition on a kNN graph: `rounds` times, every point takes
+  the cluster most of its neighbours are in.
+
+  A point's own cluster counts as half a vote, so a tie keeps it. All
+  points vote at once from the previous round's partition (Jacobi
+  iteration), so the result does not depend on the points' order.
+
+  Args:
+    assignments: [N] int cluster ids in [0, num_clusters).
+    neighbours: [N, k] int, row i holds i's neighbours (never i itself),
+      e.g. `neighbour_table` of the raw images.
+    num_clusters: K.
+    rounds: int >= 0; 0 returns the partition unchanged.
+
+  Returns:
+    [N] int32 cluster ids.
+  """
+  current = np.asarray(assignments).astype(np.int32)
+  neighbours = np.asarray(neighbours)
+  if neighbours.ndim != 2 or len(neighbours) != len(current):
+    raise ValueError(
+        f"neighbours must be [N={len(current)}, k], got shape "
+        f"{neighbours.shape}.")
+  if rounds < 0:
+    raise ValueError(f"rounds must be >= 0, got {rounds}.")
+  if len(current) and not 0 <= current.min() <= current.max() < num_clusters:
+    raise ValueError(f"assignments must be cluster ids in [0, "
+                     f"{num_clusters}), got {current.min()}..{current.max()}.")
+  n = len(current)
+  rows = np.arange(n)[:, None] * num_clusters
+  for _ in range(rounds):
+    votes = np.bincount((rows + current[neighbours]).ravel(),
+                        minlength=n * num_clusters).reshape(n, num_clusters)
+    votes = votes + 0.5 * (np.arange(num_clusters) == current[:, None])
+    current = np.argmax(votes, axis=1).astype(np.int32)
+  return current
+
+
+class Tables:
+  """A run's whole-data neighbour tables, each computed once per run (and
+  again on resume: on the same machine the same table).
+
+  Args:
+    images: [N, H, W, C] float32, NumPy or a tensor.
+    k: neighbours per image.
+  """
+
+  def __init__(self, images, *, k):
+    self.images, self.k = images, k
+    self._tables = {}
+
+  def raw(self, shift=0):
+    """`neighbour_table` of the images (re-ranked with `shift`)."""
+    if shift not in self._tables:
+      start = time.time()
+      self._tables[shift] = neighbour_table(self.images, k=self.k,
+                                            shift=shift)
+      logging.info("neighbour table (k=%d, shift %d px) of %d images: "
+                   "%.0f s", self.k, shift, len(self.images),
+                   time.time() - start)
+    return self._tables[shift]
+
+  def groups(self, num_clusters):
+    """`anchor_groups` of the raw table, groups of at most ceil(N / K)."""
+    groups = anchor_groups(self.raw(),
+                           max_size=-(-len(self.images) // num_clusters))
+    sizes = np.bincount(groups)
+    logging.info("%d anchor groups over %d images (largest %d, %d alone)",
+                 len(sizes), len(self.images), sizes.max(),
+                 (sizes == 1).sum())
+    return groups
+
+  def vote(self, assignments, *, num_clusters, rounds, z=None):
+    """S smoothed by `rounds` kNN votes (0: S itself) over the shift-tolerant
+    raw table; with z, the latent of the images, over z's table too."""
+    if not rounds:
+      return assignments
+    table = self.raw(VOTE_SHIFT)
+    if z is not None:
+      start = time.time()
+      latent = neighbour_table(np.reshape(z, (len(z), 1, 1, -1)), k=self.k)
+      table = np.concatenate([table, latent], axis=1)
+      logging.info("latent neighbour table (k=%d): %.0f s", self.k,
+                   time.time() - start)
+    return knn_vote(assignments, table, num_clusters=num_clusters,
+                    rounds=rounds)

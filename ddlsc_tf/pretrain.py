@@ -1,0 +1,155 @@
+"""Algorithm 1: pre-training the auto-encoder on eq. 6.
+
+For every epoch, for every batch B: the kNN graph of B's raw images, its
+anchor pairs 𝒜_B, then one Adam step on L_d(Z) + λ L_r(X, X̂)
+(`DDLSC._pretrain_step`); stop after `pretrain_epochs`, or when L_d moves
+less than ε between epochs (`pretrain_tolerance`). Every `eval_every`
+epochs the whole latent is clustered by k-means and scored.
+"""
+
+import time
+
+from absl import logging
+import keras
+
+from ddlsc_tf import data
+from ddlsc_tf import evaluation
+
+
+class LossPlateauStop(keras.callbacks.Callback):
+  """Algorithm 1's stop: |L_d^(i) − L_d^(i−1)| <= ε between epochs."""
+
+  def __init__(self, key, tolerance, previous=None):
+    super().__init__()
+    self.key, self.tolerance = key, tolerance
+    self.previous = previous
+
+  def on_epoch_end(self, epoch, logs=None):
+    value = (logs or {}).get(self.key)
+    if value is None:
+      return
+    value = float(value)
+    if (self.previous is not None
+        and abs(value - self.previous) <= self.tolerance):
+      logging.info("%s moved %.2e <= %.2e: stopping after epoch %d",
+                   self.key, abs(value - self.previous), self.tolerance,
+                   epoch + 1)
+      self.model.stop_training = True
+    self.previous = value
+
+
+class EvaluationCallback(keras.callbacks.Callback):
+  """Every `eval_every` epochs (and after the last) scores the latent
+  (`evaluation.evaluate`) into the epoch logs, so the TensorBoard callback
+  after it records them, and keeps a history. `history` and
+  `seconds_before` carry a resumed phase's earlier part."""
+
+  def __init__(self, images, labels, config, *, epochs, history=(),
+               seconds_before=0.0):
+    super().__init__()
+    self.images, self.labels, self.config = images, labels, config
+    self.epochs = epochs
+    self.history = list(history)
+    self.seconds_before = seconds_before
+    self._start = None
+
+  def on_train_begin(self, logs=None):
+    self._start = time.time()
+
+  def seconds(self):
+    return self.seconds_before + time.time() - self._start
+
+  def on_epoch_end(self, epoch, logs=None):
+    done = epoch + 1
+    last = done == self.epochs or self.model.stop_training
+    if self.labels is None or (done % self.config.eval_every and not last):
+      return
+    seconds = self.seconds()
+    scores = evaluation.evaluate(self.model, self.images, self.labels,
+                                 self.config)
+    self.history.append({"epoch": done, "seconds": round(seconds, 2),
+                         **scores})
+    plain = ("" if "plain_acc" not in scores else
+             " (plain latent: acc=%.4f nmi=%.4f ari=%.4f)" % tuple(
+                 scores[f"plain_{k}"] for k in ("acc", "nmi", "ari")))
+    logging.info("pretrain epoch %d: acc=%.4f nmi=%.4f ari=%.4f%s (%.0f s)",
+                 done, scores["acc"], scores["nmi"], scores["ari"], plain,
+                 seconds)
+    if logs is not None:
+      logs.update({f"eval/{k}": v for k, v in scores.items()})
+
+
+class EpochEnd(keras.callbacks.Callback):
+  """Calls `fn(epochs_done)` after every epoch (the checkpoint)."""
+
+  def __init__(self, fn):
+    super().__init__()
+    self.fn = fn
+
+  def on_epoch_end(self, epoch, logs=None):
+    self.fn(epoch + 1)
+
+
+def phase_result(history, epochs, seconds):
+  """A phase's entry of result.json: acc/nmi/ari of its last evaluation
+  (None without labels), the plain latent's where it has them, and the
+  history."""
+  final = history[-1] if history else {}
+  plain = {k: final[k] for k in ("plain_acc", "plain_nmi", "plain_ari")
+           if k in final}
+  return {"epochs": epochs, "seconds": round(seconds, 2),
+          **{k: final.get(k) for k in ("acc", "nmi", "ari")}, **plain,
+          "history": history}
+
+
+def pretrain(model, images, labels, config, run, resume_state=None):
+  """Algorithm 1 on `images` ([N, H, W, C] tensor); labels only score.
+
+  Args:
+    model: a `model.DDLSC` compiled for "pretrain".
+    images, labels: the data (labels [N] or None).
+    config: a `configs.Config`.
+    run: the `workdir.Run` (checkpoints, TensorBoard, neighbour tables).
+    resume_state: the checkpoint's state when resuming inside this phase.
+
+  Returns:
+    The phase's result (`phase_result`).
+  """
+  s = resume_state or {"epoch": 0, "history": [], "seconds": 0.0,
+                       "plateau": None, "stopped": False}
+  evaluation_cb = EvaluationCallback(
+      images, labels, config, epochs=config.pretrain_epochs,
+      history=s["history"], seconds_before=s["seconds"])
+  if s["stopped"] or s["epoch"] >= config.pretrain_epochs:
+    return phase_result(evaluation_cb.history, s["epoch"], s["seconds"])
+  tensorboard = keras.callbacks.TensorBoard(
+      log_dir=run.tensorboard_dir("pretrain"), write_graph=False)
+  plateau = LossPlateauStop("pretrain/l_d", config.pretrain_tolerance,
+                            previous=s["plateau"])
+  epochs_done = [s["epoch"]]
+
+  def checkpoint(done):
+    epochs_done[0] = done
+    run.save({"phase": "pretrain", "epoch": done,
+              "history": evaluation_cb.history,
+              "seconds": evaluation_cb.seconds(),
+              "plateau": plateau.previous,
+              "stopped": bool(model.stop_training)})
+
+  # Plateau first, so the evaluation sees stop_training and scores the last
+  # epoch; the checkpoint last, so it saves that score.
+  callbacks = [evaluation_cb, tensorboard, EpochEnd(checkpoint)]
+  if config.pretrain_tolerance > 0:
+    callbacks.insert(0, plateau)
+  dataset, steps = data.train_dataset(
+      images, labels, batch_size=config.batch_size, seed=config.seed,
+      first_epoch=s["epoch"], epochs=config.pretrain_epochs,
+      groups=(run.tables.groups(config.num_clusters)
+              if config.anchor_groups else None),
+      neighbours=(run.tables.raw() if config.batch_neighbours else None),
+      neighbours_per_seed=config.batch_neighbours)
+  model.fit(dataset, steps_per_epoch=steps, initial_epoch=s["epoch"],
+            epochs=config.pretrain_epochs, callbacks=callbacks,
+            verbose=run.verbose)
+  return phase_result(evaluation_cb.history, epochs_done[0],
+                      evaluation_cb.seconds())
