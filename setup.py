@@ -12,7 +12,7 @@ REQUIREMENTS = [
 
 setuptools.setup(
     name="ddlsc_tf",
-    version="0.1.0",
+    version="1.0.0",
     description=("Deep Discriminative Latent Space for Clustering "
                  "(Tzoreff, Kogan, Choukroun 2018) in TensorFlow 2 / Keras 3"),
     long_description=(HERE / "README.md").read_text(),
@@ -24,7 +24,6 @@ setuptools.setup(
     # tfds.testing (DatasetBuilderTestCase) imports dill.
     # pytest-xdist: the README's test command runs on two workers (a single
     # pytest process kept one of CI's two cores idle).
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3", "dill",
-                             "matplotlib>=3.5"],
-                    "plots": ["matplotlib>=3.5"]},
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3", "dill"],
+                    "plots": []},  # matplotlib is a requirement now
 )

@@ -18,4 +18,4 @@ _os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 from ddlsc_tf.estimator import DDLSC  # pylint: disable=g-import-not-at-top
 
 __all__ = ["DDLSC"]
-__version__ = "0.1.0"
+__version__ = "1.0.0"

@@ -121,7 +121,7 @@ def epoch_seconds(model, images, labels, config, *, epochs=3):
                                       seed=config.seed, epochs=epochs)
   timer = _EpochTimes()
   model.fit(dataset, steps_per_epoch=steps, epochs=epochs, callbacks=[timer],
-            verbose=0)
+            verbose=0, shuffle=False)
   return statistics.median(timer.seconds[1:])
 
 

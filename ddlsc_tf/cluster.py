@@ -280,7 +280,7 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
       model.fit(dataset, steps_per_epoch=steps, initial_epoch=epoch,
                 epochs=iteration_end,
                 callbacks=[tensorboard, pretrain_lib.EpochEnd(checkpoint)],
-                verbose=run.verbose)
+                verbose=run.verbose, shuffle=False)  # the batches' own order
       epoch = iteration_end
       iteration += 1
   finally:

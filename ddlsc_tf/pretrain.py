@@ -150,6 +150,6 @@ def pretrain(model, images, labels, config, run, resume_state=None):
       neighbours_per_seed=config.batch_neighbours)
   model.fit(dataset, steps_per_epoch=steps, initial_epoch=s["epoch"],
             epochs=config.pretrain_epochs, callbacks=callbacks,
-            verbose=run.verbose)
+            verbose=run.verbose, shuffle=False)  # the batches' own order
   return phase_result(evaluation_cb.history, epochs_done[0],
                       evaluation_cb.seconds())
