@@ -5,7 +5,10 @@
 
 It builds a config for the images' shape (`configs.for_images`), trains the
 three phases with `train.run_phases` and keeps the trained Keras model as
-`model_`. Keyword overrides are `configs.Config` fields.
+`model_`. Keyword overrides are `configs.Config` fields. It follows
+scikit-learn's conventions without depending on its base classes:
+`sklearn.base.clone` gives an equal unfitted copy, and a fitted estimator
+pickles (its Keras model travels as the bytes of a .keras file).
 """
 
 import dataclasses
@@ -24,6 +27,61 @@ _FIELDS = {f.name for f in dataclasses.fields(configs.Config)}
 # Set from the data or by the estimator itself, not by overrides.
 _DERIVED = {"dataset", "num_clusters", "max_examples", "image_size",
             "channels"}
+# Config fields that have an estimator parameter of another name.
+_RENAMED = {"seed": "random_state"}
+# The estimator's own parameters, besides the config overrides.
+_OWN = ("n_clusters", "random_state", "workdir", "verbose")
+# A run seeds k-means etc. with seed + phase index, which must stay below
+# 2**32 (NumPy's and scikit-learn's limit); 2**31 - 1 leaves room for that.
+_MAX_SEED = 2**31 - 1
+# __getstate__'s key for the fitted model's .keras bytes.
+_MODEL_BYTES = "_model_keras_bytes"
+
+
+def _check_override_names(overrides):
+  """Raises ValueError unless every name is a config field fit may set."""
+  for name, own in _RENAMED.items():
+    if name in overrides:
+      raise ValueError(
+          f"{name}={overrides[name]!r} is not a parameter of DDLSC: pass "
+          f"{own}={overrides[name]!r}, which fit uses as the run's {name}.")
+  allowed = _FIELDS - _DERIVED - set(_RENAMED)
+  unknown = sorted(set(overrides) - allowed)
+  if unknown:
+    raise ValueError(
+        f"unknown parameters {unknown}; expected {', '.join(_OWN)} or "
+        f"config fields {sorted(allowed)}.")
+
+
+def _check_random_state(random_state):
+  """The run's seed: random_state, None taken as 0."""
+  if random_state is None:
+    return 0
+  if (isinstance(random_state, (bool, np.bool_)) or
+      not isinstance(random_state, (int, np.integer)) or
+      not 0 <= random_state <= _MAX_SEED):
+    raise ValueError(
+        f"random_state must be None or an integer in [0, {_MAX_SEED}] (the "
+        f"run's seed), got {random_state!r}.")
+  return int(random_state)
+
+
+def _model_to_bytes(model):
+  """A Keras model as the bytes of its .keras archive."""
+  with tempfile.TemporaryDirectory(prefix="ddlsc-pickle-") as folder:
+    path = os.path.join(folder, "model.keras")
+    model.save(path)
+    with open(path, "rb") as f:
+      return f.read()
+
+
+def _model_from_bytes(payload):
+  """The Keras model that `_model_to_bytes` wrote."""
+  with tempfile.TemporaryDirectory(prefix="ddlsc-pickle-") as folder:
+    path = os.path.join(folder, "model.keras")
+    with open(path, "wb") as f:
+      f.write(payload)
+    return checkpoints.load_keras_model(path)
 
 
 class DDLSC:
@@ -31,49 +89,73 @@ class DDLSC:
 
   Args:
     n_clusters: K, the number of clusters (>= 2).
+    random_state: the run's seed (the config field `seed`): two fits with
+      the same value on the same machine give the same model. None is taken
+      as 0, so a fit is always seeded.
     workdir: folder for checkpoints, TensorBoard logs, result.json and the
       saved model; None: a temporary folder, removed after `fit`.
     verbose: Keras progress output during fit (0 silent, 1 bars, 2 lines).
     **overrides: `configs.Config` fields, e.g. pretrain_epochs=20,
-      batch_size=500, seed=1 (see `configs.for_images` for the defaults).
+      batch_size=500 (see `configs.for_images` for the defaults); not
+      `seed`, which is `random_state`.
 
   Attributes (after fit):
+    labels_: [N] int64 cluster of each training image.
+    cluster_centers_: [K, d] float32 unit centroids of the clusters in the
+      latent space (a copy of `model_.centroids`).
     model_: the trained Keras model (`ddlsc_tf.model.DDLSC`).
-    labels_: [N] int cluster of each training image.
     config_: the `configs.Config` it was trained with.
     result_: the run's result dict (ACC etc. only when fit got y).
+
+  Raises:
+    ValueError: an override that is not a config field fit may set (also
+      from `set_params`).
   """
 
   predict_batch_size = 2000  # images per forward pass in predict/transform
 
-  def __init__(self, n_clusters=10, *, workdir=None, verbose=0,
-               **overrides):
+  def __init__(self, n_clusters=10, *, random_state=0, workdir=None,
+               verbose=0, **overrides):
+    _check_override_names(overrides)
+    # Stored as given (validated in fit): clone checks each parameter
+    # comes back as the very object it passed.
     self.n_clusters = n_clusters
+    self.random_state = random_state
     self.workdir = workdir
     self.verbose = verbose
-    self._overrides = {}
-    self.set_params(**overrides)
+    self._overrides = dict(overrides)
 
   def get_params(self, deep=True):
+    """{name: value} of every parameter, overrides included."""
     del deep  # no nested estimators
-    return {"n_clusters": self.n_clusters, "workdir": self.workdir,
-            "verbose": self.verbose, **self._overrides}
+    return {**{key: getattr(self, key) for key in _OWN}, **self._overrides}
 
   def set_params(self, **params):
-    for key in ("n_clusters", "workdir", "verbose"):
+    """Sets parameters by name (all checked first); returns self."""
+    overrides = {k: v for k, v in params.items() if k not in _OWN}
+    _check_override_names(overrides)
+    for key in _OWN:
       if key in params:
-        setattr(self, key, params.pop(key))
-    unknown = sorted(set(params) - (_FIELDS - _DERIVED))
-    if unknown:
-      raise ValueError(
-          f"unknown parameters {unknown}; expected n_clusters, workdir, "
-          f"verbose or config fields {sorted(_FIELDS - _DERIVED)}.")
-    self._overrides.update(params)
+        setattr(self, key, params[key])
+    self._overrides.update(overrides)
     return self
 
   def __repr__(self):
     args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
     return f"DDLSC({args})"
+
+  def __getstate__(self):
+    # Keras models do not pickle: the fitted one travels as .keras bytes.
+    state = dict(self.__dict__)
+    if "model_" in state:
+      state[_MODEL_BYTES] = _model_to_bytes(state.pop("model_"))
+    return state
+
+  def __setstate__(self, state):
+    state = dict(state)
+    if _MODEL_BYTES in state:
+      state["model_"] = _model_from_bytes(state.pop(_MODEL_BYTES))
+    self.__dict__.update(state)
 
   def fit(self, X, y=None):
     """Trains on images X ([N, H, W] or [N, H, W, C], uint8 or [0, 1]).
@@ -89,9 +171,11 @@ class DDLSC:
     if self.n_clusters > len(images):
       raise ValueError(f"n_clusters {self.n_clusters} is more than the "
                        f"{len(images)} images in X.")
+    seed = _check_random_state(self.random_state)
     config = configs.for_images(images.shape[1:],
                                 num_clusters=int(self.n_clusters),
-                                num_examples=len(images), **self._overrides)
+                                num_examples=len(images), seed=seed,
+                                **self._overrides)
     # Before the workdir is touched: a refit that cannot run keeps the
     # earlier fit's outputs.
     train.check_config_for_data(config, len(images))
@@ -123,6 +207,7 @@ class DDLSC:
         config, images, labels, workdir, verbose=self.verbose,
         pictures=False)  # a temporary workdir would lose them
     self.config_ = config
+    self.cluster_centers_ = self.model_.centroids.numpy()
     self.labels_ = self.predict(images)
 
   def _check_fitted(self):

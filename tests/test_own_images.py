@@ -38,7 +38,8 @@ def blob_images():
 def fitted(blob_images, tmp_path_factory):
   x, labels = blob_images
   workdir = tmp_path_factory.mktemp("estimator")
-  estimator = DDLSC(n_clusters=4, workdir=str(workdir), seed=0, **QUICK)
+  estimator = DDLSC(n_clusters=4, workdir=str(workdir), random_state=0,
+                    **QUICK)
   return estimator, estimator.fit_predict(x, labels), workdir
 
 
@@ -80,12 +81,14 @@ def test_fitted_model_has_recalibrated_batch_norm(fitted, blob_images):
 def test_params_round_trip():
   estimator = DDLSC(n_clusters=5, batch_size=32)
   params = estimator.get_params()
-  assert params == {"n_clusters": 5, "workdir": None, "verbose": 0,
-                    "batch_size": 32}
+  assert params == {"n_clusters": 5, "random_state": 0, "workdir": None,
+                    "verbose": 0, "batch_size": 32}
   estimator.set_params(n_clusters=7, alpha=0.2)
   assert estimator.get_params()["n_clusters"] == 7
   assert estimator.get_params()["alpha"] == 0.2
   assert "alpha=0.2" in repr(estimator)
+  assert estimator.set_params(random_state=3) is estimator
+  assert estimator.get_params()["random_state"] == 3
 
 
 def test_fit_without_labels_and_rank3_float_input():
