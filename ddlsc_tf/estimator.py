@@ -196,12 +196,13 @@ class DDLSC:
                  checkpoints.read_json(saved).get("dataset") == "array")
     try:
       workdir_lib.prepare_workdir(workdir, config, resume=False,
-                            overwrite=overwrite)
+                                  overwrite=overwrite)
     except FileExistsError:
       raise FileExistsError(
           f"workdir={workdir!r} holds a run that fit did not write "
-          f"({', '.join(workdir_lib.run_outputs(workdir))}), and fit replaces only "
-          f"its own: pass another workdir, or None for a temporary one."
+          f"({', '.join(workdir_lib.run_outputs(workdir))}), and fit "
+          f"replaces only its own: pass another workdir, or None for a "
+          f"temporary one."
       ) from None
     self.model_, self.result_ = train.run_phases(
         config, images, labels, workdir, verbose=self.verbose,

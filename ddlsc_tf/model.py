@@ -285,7 +285,10 @@ class DDLSC(keras.Model):
         input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
     archive.add_endpoint(
         "serve_uint8",
-        lambda images: self.serve(tf.cast(images, tf.float32) / 255.0),
+        # In float64, then float32: exactly u / 255 as NumPy divides (in a
+        # graph float32 x / 255 becomes x * (1 / 255), off by one rounding).
+        lambda images: self.serve(tf.cast(
+            tf.cast(images, tf.float64) / 255.0, tf.float32)),
         input_signature=[tf.TensorSpec(shape, tf.uint8, name="images")])
     archive.write_out(filepath, verbose=bool(verbose))
     return None

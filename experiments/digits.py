@@ -24,7 +24,7 @@ def main(argv):
   digits = datasets.load_digits()
   x = digits.images / 16.0  # [1797, 8, 8] in [0, 1]
   start = time.time()
-  estimator = ddlsc_tf.DDLSC(n_clusters=10, seed=FLAGS.seed)
+  estimator = ddlsc_tf.DDLSC(n_clusters=10, random_state=FLAGS.seed)
   clusters = estimator.fit_predict(x, digits.target)
   seconds = time.time() - start
   for phase, entry in estimator.result_["phases"].items():

@@ -70,16 +70,9 @@ def test_savedmodel_loads_with_plain_tf_and_matches(tmp_path, make_blobs):
   np.testing.assert_allclose(expected["scores"], model.cluster_scores(x),
                              rtol=1e-5, atol=1e-6)
   assert served["default"] == ["cluster", "embedding", "scores"]
-  # The uint8 endpoint on u answers as the float one on u / 255: the same
-  # clusters, and latents and scores within a few float32 ulps of their
-  # largest value. Not bitwise: in the SavedModel's graph TensorFlow's
-  # constant folding turns `/ 255.0` into `* (1 / 255)`, one ulp off u / 255
-  # for about half of the 256 pixel values.
-  np.testing.assert_array_equal(served["uint8"]["cluster"], served["cluster"])
-  for key in ("embedding", "scores"):
-    np.testing.assert_allclose(
-        served["uint8"][key], served[key], rtol=0,
-        atol=1e-6 * np.abs(served[key]).max())
+  # The uint8 endpoint on u answers exactly as the float one on u / 255.
+  for key in ("cluster", "embedding", "scores"):
+    np.testing.assert_array_equal(served["uint8"][key], served[key])
 
 
 def test_export_replaces_an_old_export_whole(tmp_path, make_blobs):
