@@ -18,6 +18,15 @@ def test_mnist_network_is_unchanged_by_the_pools_option():
   assert [l.name for l in model.decoder.layers] == [
       "latent", "unflatten", "conv1", "bn1", "conv2", "bn2",
       "reconstruction"]
+  # Every conv is 3x3; the decoder's up-sample and conv are one layer.
+  assert networks.KERNEL_SIZE == 3
+  convs = [l for l in model.encoder.layers + model.decoder.layers
+           if isinstance(l, keras.layers.Conv2D)]
+  assert len(convs) == 6
+  assert all(l.kernel_size == (3, 3) for l in convs)
+  assert all(isinstance(model.decoder.get_layer(name),
+                        networks.UpsampledConv2D)
+             for name in ("conv1", "conv2", "reconstruction"))
 
 
 @pytest.mark.parametrize("name, channels, d, params", [
@@ -38,14 +47,15 @@ def test_coil_networks_have_the_paper_sizes(name, channels, d, params):
 
 
 def test_pools_of_the_wrong_length_are_rejected():
-  with pytest.raises(ValueError, match=r"pools \(True,\) must have the same"):
-    networks.build_encoder((32, 32, 1), filters=(4, 4), kernel_sizes=(3, 3),
+  with pytest.raises(ValueError, match=r"filters \(4, 4\), paddings "
+                     r"\('same', 'same'\) and pools \(True,\) must have the "
+                     r"same length"):
+    networks.build_encoder((32, 32, 1), filters=(4, 4),
                            paddings=("same", "same"), pools=(True,))
 
 
 def test_latent_dim_follows_the_pools():
-  kwargs = dict(filters=(4, 4, 6), kernel_sizes=(3, 3, 3),
-                paddings=("same", "valid", "valid"))
+  kwargs = dict(filters=(4, 4, 6), paddings=("same", "valid", "valid"))
   assert networks.latent_dim((32, 32, 1), pools=(True, True, False),
                              **kwargs) == 5 * 5 * 6
   assert networks.latent_dim((32, 32, 1), **kwargs) == 2 * 2 * 6
