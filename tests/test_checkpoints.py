@@ -56,7 +56,7 @@ def test_checkpoint_round_trip_keeps_only_the_latest(tmp_path):
   keras.utils.set_random_seed(0)
   config = configs.TINY
   model = train.build_model(config, (28, 28, 1))
-  train.compile_model(model, config)
+  train.compile_model(model)
   model.optimizer.build(model.trainable_variables)
   saver = checkpoints.Checkpointer(str(tmp_path / "ckpt"))
   saver.save(model, {"phase": "pretrain", "epoch": 1})
@@ -69,7 +69,7 @@ def test_checkpoint_round_trip_keeps_only_the_latest(tmp_path):
                    "state.json"]
 
   fresh = train.build_model(config, (28, 28, 1))
-  train.compile_model(fresh, config)
+  train.compile_model(fresh)
   fresh.optimizer.build(fresh.trainable_variables)
   reopened = checkpoints.Checkpointer(str(tmp_path / "ckpt"))
   state = reopened.load()

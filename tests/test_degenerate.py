@@ -93,7 +93,7 @@ def test_train_steps_stay_finite_on_degenerate_images(images, phase):
   model.centroids.assign(tf.math.l2_normalize(
       tf.random.stateless_normal([3, model.latent_dim], seed=[0, 2]), 1))
   model.phase = phase
-  train.compile_model(model, config)
+  train.compile_model(model)
   batch = (x, np.zeros(16, np.int64)) if phase == "pretrain" else (
       x, np.zeros(16, np.int64), np.arange(16, dtype=np.int32) % 2)
   logs = model.train_step(tuple(tf.constant(t) for t in batch))

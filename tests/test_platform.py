@@ -16,8 +16,9 @@ def _probe(first_import, value):
   if value is not None:
     env["TF_ENABLE_ONEDNN_OPTS"] = value
   env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-  code = (f"import os, {first_import}; from ddlsc_tf import train; "
-          "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], train.onednn_enabled())")
+  code = (f"import os, {first_import}; from ddlsc_tf import provenance; "
+          "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], "
+          "provenance.onednn_enabled())")
   out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO,
                        check=True, capture_output=True, text=True,
                        timeout=300)

@@ -4,10 +4,13 @@ One case per bad input at each boundary: presets/config, the runner's
 workdir, the estimator, the data loaders and experiments.predict.
 """
 
+import dataclasses
 import json
 import os
 import re
+import zipfile
 
+import keras
 import numpy as np
 import pytest
 
@@ -15,8 +18,11 @@ from ddlsc_tf import DDLSC
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
+from ddlsc_tf import evaluation
 from ddlsc_tf import inference
 from ddlsc_tf import train
+from ddlsc_tf import workdir as workdir_lib
+from experiments import config_flags
 
 IMAGES = np.random.default_rng(0).random((20, 28, 28)).astype(np.float32)
 
@@ -33,17 +39,13 @@ CONFIG_CASES = [
                                         "batch_size 100"),
     ({"anchor_fraction": 0.0}, "anchor_fraction must be in (0, 1], got 0.0"),
     ({"anchor_fraction": 1.5}, "anchor_fraction must be in (0, 1], got 1.5"),
-    ({"alpha": 1.0}, "alpha must be in [0, 1), got 1.0"),
-    ({"alpha": -0.1}, "alpha must be in [0, 1), got -0.1"),
     ({"phases": ("pretrain", "bogus")}, "unknown phases ['bogus']"),
     ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
     ({"channels": 2}, "channels must be 1 or 3, got 2"),
     ({"batch_neighbours": 10}, "batch_neighbours must be in [0, knn_k=10), "
                                "got 10"),
-    ({"batch_neighbours": -1}, "batch_neighbours must be in [0, knn_k=10), "
-                               "got -1"),
+    ({"batch_neighbours": -1}, "batch_neighbours must be >= 0, got -1"),
     ({"lambda_g": 1.0}, "lambda_g=1.0 needs anchor_groups"),
-    ({"group_push": "max"}, "group_push must be 'pairs' or 'means'"),
     ({"lambda_g": -1.0, "anchor_groups": True},
      "lambda_g must be >= 0, got -1.0"),
 ]
@@ -139,8 +141,8 @@ def test_a_ragged_list_of_images_is_named():
 
 
 def test_estimator_refuses_a_workdir_with_another_run(tmp_path):
-  train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
-                        overwrite=False)
+  workdir_lib.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
+                              overwrite=False)
   (tmp_path / "result.json").write_text("{}")
   with pytest.raises(FileExistsError, match=re.escape(
       f"workdir={str(tmp_path)!r} holds a run that fit did not write")):
@@ -185,22 +187,24 @@ def test_predict_writes_a_file_name_that_is_not_utf8(tmp_path):
 
 def test_workdir_with_another_run_is_refused(tmp_path):
   config = configs.TINY
-  train.prepare_workdir(str(tmp_path), config, resume=False, overwrite=False)
+  workdir_lib.prepare_workdir(str(tmp_path), config,
+                              resume=False, overwrite=False)
   (tmp_path / "result.json").write_text("{}")
   with pytest.raises(FileExistsError, match=re.escape(str(tmp_path))):
-    train.prepare_workdir(str(tmp_path), config, resume=False,
-                          overwrite=False)
-  with pytest.raises(ValueError, match="alpha \\(saved 0.1, now 0.3\\)"):
-    train.prepare_workdir(str(tmp_path), config.replace(alpha=0.3),
-                          resume=True, overwrite=False)
+    workdir_lib.prepare_workdir(str(tmp_path), config, resume=False,
+                                overwrite=False)
+  with pytest.raises(ValueError, match="knn_k \\(saved 5, now 4\\)"):
+    workdir_lib.prepare_workdir(str(tmp_path), config.replace(knn_k=4),
+                                resume=True, overwrite=False)
   with pytest.raises(ValueError, match="exclude each other"):
-    train.prepare_workdir(str(tmp_path), config, resume=True, overwrite=True)
+    workdir_lib.prepare_workdir(str(tmp_path), config,
+                                resume=True, overwrite=True)
   # --overwrite removes the earlier run's outputs and nothing else.
   (tmp_path / "notes.txt").write_text("mine")
-  train.prepare_workdir(str(tmp_path), config.replace(alpha=0.3),
-                        resume=False, overwrite=True)
+  workdir_lib.prepare_workdir(str(tmp_path), config.replace(knn_k=4),
+                              resume=False, overwrite=True)
   assert sorted(os.listdir(tmp_path)) == ["config.json", "notes.txt"]
-  assert json.loads((tmp_path / "config.json").read_text())["alpha"] == 0.3
+  assert json.loads((tmp_path / "config.json").read_text())["knn_k"] == 4
 
 
 def test_missing_dataset_file_is_named(tmp_path, mnist_manual_dir):
@@ -246,14 +250,14 @@ def test_a_truncated_keras_file_is_named_as_such_at_every_load(tmp_path):
   train.build_model(configs.TINY, (28, 28, 1)).save(str(whole))
   cut = tmp_path / "run" / "pretrain.keras"
   config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=20)
-  train.prepare_workdir(str(cut.parent), configs.TINY, resume=False,
-                        overwrite=False)
+  workdir_lib.prepare_workdir(str(cut.parent), configs.TINY, resume=False,
+                              overwrite=False)
   cut.write_bytes(whole.read_bytes()[:whole.stat().st_size // 2])
   message = re.escape(f"{cut} is not a .keras archive (a zip file)")
   with pytest.raises(ValueError, match=message):
     inference.load_trained(str(cut))
   with pytest.raises(ValueError, match=message):
-    train.evaluate_saved(str(cut))
+    evaluation.evaluate_saved(str(cut))
   with pytest.raises(ValueError, match="init_from " + message):
     train.run_phases(config, IMAGES, None, str(tmp_path / "new"),
                      init_from=str(cut))
@@ -261,12 +265,13 @@ def test_a_truncated_keras_file_is_named_as_such_at_every_load(tmp_path):
 
 def test_evaluate_saved_says_an_estimator_run_has_no_dataset(tmp_path):
   config = configs.for_images((28, 28, 1), num_clusters=3, num_examples=20)
-  train.prepare_workdir(str(tmp_path), config, resume=False, overwrite=False)
+  workdir_lib.prepare_workdir(str(tmp_path), config,
+                              resume=False, overwrite=False)
   (tmp_path / "model.keras").write_bytes(b"a model")
   with pytest.raises(ValueError, match=re.escape(
       "was fit from in-memory arrays (ddlsc_tf.DDLSC.fit), which were not "
       "saved with it")):
-    train.evaluate_saved(str(tmp_path / "model.keras"))
+    evaluation.evaluate_saved(str(tmp_path / "model.keras"))
 
 
 @pytest.mark.parametrize("out, message", [
@@ -288,18 +293,17 @@ def test_a_resumed_run_does_not_need_its_init_from_again(tmp_path):
   np.save(tmp_path / "x.npy", (IMAGES * 255).astype(np.uint8))
   config = configs.get_preset(f"folder:{tmp_path / 'x.npy'}").replace(
       num_clusters=3, batch_size=10, knn_k=5, pretrain_epochs=1,
-      cluster1_iterations=1, epochs_per_iteration=1, kmeans_n_init=1,
-      min_steps_per_iteration=1, tsne_points=0, image_size=16)
+      cluster1_iterations=1, min_steps_per_iteration=1, image_size=16)
   first, second = tmp_path / "a", tmp_path / "b"
   train.train_and_evaluate(config.replace(phases=("pretrain",)), str(first),
-                           verbose=0)
+                           verbose=0, pictures=False)
   start = first / "pretrain.keras"
   stage = config.replace(phases=("cluster1",))
   done = train.train_and_evaluate(stage, str(second), init_from=str(start),
-                                  verbose=0)
+                                  verbose=0, pictures=False)
   start.unlink()  # the checkpoint in `second` is what a resume starts from
   again = train.train_and_evaluate(stage, str(second), init_from=str(start),
-                                   resume=True, verbose=0)
+                                   resume=True, verbose=0, pictures=False)
   assert again["phases"]["cluster1"] == done["phases"]["cluster1"]
 
 
@@ -314,7 +318,7 @@ def test_load_data_resizes_as_the_config_says(tmp_path):
   np.save(tmp_path / "x.npy", x)
   config = configs.get_preset(f"folder:{tmp_path / 'x.npy'}").replace(
       image_size=16, channels=3)
-  images, labels = train.load_data(config)
+  images, labels = data.load_for(config)
   assert images.shape == (4, 16, 16, 3) and labels is None
 
 
@@ -328,10 +332,8 @@ def test_an_empty_output_path_is_refused_before_the_work():
     ({"seed": -3}, "seed must be >= 0, got -3"),
     ({"cluster2_tolerance": -1e-3},
      "cluster2_tolerance must be >= 0, got -0.001"),
-    ({"learning_rate": 0.0}, "learning_rate must be > 0, got 0.0"),
     ({"cluster2_softmax_scale": -1.0},
      "cluster2_softmax_scale must be >= 0, got -1.0"),
-    ({"tsne_points": 10}, "tsne_points must be 0 (no pictures) or >= 50"),
 ])
 def test_config_rejects_more(changes, message):
   with pytest.raises(ValueError, match=re.escape(message)):
@@ -339,19 +341,19 @@ def test_config_rejects_more(changes, message):
 
 
 def test_overwrite_never_deletes_the_model_it_starts_from(tmp_path):
-  train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
-                        overwrite=False)
+  workdir_lib.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
+                              overwrite=False)
   (tmp_path / "pretrain.keras").write_bytes(b"weights")
   with pytest.raises(ValueError, match="overwrite would delete"):
-    train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
-                          overwrite=True,
-                          init_from=str(tmp_path / "pretrain.keras"))
+    workdir_lib.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
+                                overwrite=True,
+                                init_from=str(tmp_path / "pretrain.keras"))
   assert (tmp_path / "pretrain.keras").exists()
 
 
 def test_estimator_keeps_a_workdir_that_holds_another_run(tmp_path):
-  train.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
-                        overwrite=False)
+  workdir_lib.prepare_workdir(str(tmp_path), configs.TINY, resume=False,
+                              overwrite=False)
   with pytest.raises(FileExistsError, match=re.escape(str(tmp_path))):
     DDLSC(n_clusters=3, workdir=str(tmp_path), pretrain_epochs=1).fit(IMAGES)
 
@@ -360,7 +362,8 @@ def test_a_refit_that_cannot_run_keeps_the_earlier_fit(tmp_path):
   # What an earlier fit left: fit replaces its own outputs, but only once
   # the new fit is known to be able to run.
   earlier = configs.for_images((28, 28, 1), num_clusters=3, num_examples=20)
-  train.prepare_workdir(str(tmp_path), earlier, resume=False, overwrite=False)
+  workdir_lib.prepare_workdir(str(tmp_path), earlier,
+                              resume=False, overwrite=False)
   (tmp_path / "result.json").write_text('{"earlier": true}')
   with pytest.raises(ValueError, match=re.escape(
       "batch_size 100 is larger than the dataset (20 images)")):
@@ -373,8 +376,8 @@ def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path):
   path.write_text("mine")
   message = re.escape(f"workdir {path} is a file, not a folder")
   with pytest.raises(NotADirectoryError, match=message):
-    train.prepare_workdir(str(path), configs.TINY, resume=False,
-                          overwrite=False)
+    workdir_lib.prepare_workdir(str(path), configs.TINY, resume=False,
+                                overwrite=False)
   with pytest.raises(NotADirectoryError, match=message):
     DDLSC(n_clusters=3, workdir=str(path), pretrain_epochs=1).fit(IMAGES)
   assert path.read_text() == "mine"
@@ -386,7 +389,8 @@ def test_overwrite_with_a_start_it_cannot_take_keeps_the_earlier_run(
   config = configs.get_preset(f"folder:{tmp_path / 'x.npy'}").replace(
       num_clusters=3, batch_size=10, knn_k=5, phases=("cluster2",))
   workdir = tmp_path / "run"
-  train.prepare_workdir(str(workdir), config, resume=False, overwrite=False)
+  workdir_lib.prepare_workdir(str(workdir), config,
+                              resume=False, overwrite=False)
   (workdir / "model.keras").write_bytes(b"the earlier run's model")
   other = tmp_path / "other.keras"  # a network of another shape
   train.build_model(configs.TINY, (28, 28, 1)).save(str(other))
@@ -401,7 +405,7 @@ def test_overwrite_with_a_start_it_cannot_take_keeps_the_earlier_run(
 
 def test_an_unknown_anchor_selection_is_refused_by_the_config():
   with pytest.raises(ValueError, match=re.escape(
-      "anchor_selection must be one of 'similarity', 'rank', 'snn', got "
+      "anchor_selection must be one of ['similarity', 'rank'], got "
       "'bogus'")):
     configs.MNIST.replace(anchor_selection="bogus")
 
@@ -429,39 +433,159 @@ def test_estimator_groups_batches_only_when_they_sample_the_data(batch, n,
   assert config.batch_neighbours < config.knn_k or grouped == 0
 
 
-def test_resume_reads_fields_missing_from_an_older_config_as_defaults(
-    tmp_path):
-  # A run saved before batch_neighbours existed had random batches (0).
-  old = configs.TINY.replace(batch_neighbours=0)
-  train.prepare_workdir(str(tmp_path), old, resume=False, overwrite=False)
-  path = tmp_path / "config.json"
-  saved = json.loads(path.read_text())
-  del saved["batch_neighbours"]
-  path.write_text(json.dumps(saved))
-  train.prepare_workdir(str(tmp_path), old, resume=True, overwrite=False)
-  with pytest.raises(ValueError, match=re.escape(
-      "batch_neighbours (saved 0, now 2)")):
-    train.prepare_workdir(str(tmp_path), configs.TINY, resume=True,
-                          overwrite=False)
+def test_every_config_field_has_a_help_sentence():
+  names = [f.name for f in dataclasses.fields(configs.Config)]
+  assert len(names) <= 40
+  assert sorted(config_flags.HELP) == sorted(set(names) - {"dataset"})
+  for name in names:
+    if name == "dataset":  # run.py's own --dataset flag
+      continue
+    sentence = config_flags.HELP[name]
+    assert sentence.endswith("."), (name, sentence)
+    assert sentence[0].isupper(), (name, sentence)
+    assert not sentence.startswith("Override"), (name, sentence)
+    assert len(sentence.split()) >= 3, (name, sentence)
 
 
-@pytest.mark.parametrize("penalty,power", [("abs", 1.0), ("square", 2.0)])
-def test_resume_reads_session_36s_penalty_name_as_its_power(tmp_path,
-                                                            penalty, power):
-  config = configs.TINY.replace(nonanchor_power=power)
-  train.prepare_workdir(str(tmp_path), config, resume=False, overwrite=False)
-  path = tmp_path / "config.json"
-  saved = json.loads(path.read_text())
-  del saved["nonanchor_power"]
-  saved["nonanchor_penalty"] = penalty
-  path.write_text(json.dumps(saved))
-  train.prepare_workdir(str(tmp_path), config, resume=True, overwrite=False)
-  path.write_text(json.dumps(saved))  # resuming rewrote it with the new name
+# What each preset sets beside the defaults (TINY beside MNIST, COIL100
+# beside COIL20), written out: a preset that gains, drops or changes an
+# override fails below.
+MNIST_OVERRIDES = dict(
+    dataset="mnist", num_clusters=10, anchor_selection="rank",
+    anchor_fraction=0.1, anchor_power=2.0, batch_neighbours=3,
+    augment=(12.0, 0.1, 0.2, 2.0), embed_copies=16, softmax_scale=10.0,
+    cluster2_softmax_scale=30.0, lambda_w=0.0, lambda_b=0.0,
+    cluster2_iterations=15, cluster2_tolerance=0.0, vote_rounds=5,
+    vote_latent_from=10)
+TINY_OVERRIDES = dict(
+    batch_size=100, pretrain_epochs=2, knn_k=5, eval_every=1,
+    max_examples=300, cluster1_iterations=2, cluster2_iterations=2,
+    min_steps_per_iteration=1, batch_neighbours=2, embed_copies=0)
+COIL20_OVERRIDES = dict(
+    dataset="coil20", num_clusters=20, encoder_filters=(17, 17, 6),
+    paddings=("same", "valid", "valid"), pools=(True, True, False),
+    decoder_filters=(17, 17), batch_size=500, pretrain_epochs=400,
+    eval_every=25, lambda_d=4.0, lambda_w=0.15, anchor_selection="rank",
+    augment=(12.0, 0.1, 0.2, 2.0), anchor_groups=True,
+    recalibrate_batch_norm=True, softmax_scale=10.0,
+    cluster2_assignment="balanced")
+COIL100_OVERRIDES = dict(
+    dataset="coil100", num_clusters=100, encoder_filters=(17, 17, 20),
+    batch_size=1000, pretrain_epochs=115, anchor_power=2.0, lambda_g=1.0,
+    lambda_w=0.03, cluster_init="spectral", cluster2_assignment="refresh")
+FOLDER_OVERRIDES = dict(dataset="folder", num_clusters=10,
+                        anchor_selection="rank", image_size=32,
+                        batch_size=256, recalibrate_batch_norm=True)
+
+
+def _differences(config, base=None):
+  """{field: value} of `config` where it differs from `base`, or with no
+  base from the Config defaults (dataset and num_clusters have none)."""
+  changed = {}
+  for field in dataclasses.fields(configs.Config):
+    value = getattr(config, field.name)
+    if base is not None:
+      reference = getattr(base, field.name)
+    elif field.default is dataclasses.MISSING:
+      changed[field.name] = value
+      continue
+    else:
+      reference = field.default
+    if value != reference:
+      changed[field.name] = value
+  return changed
+
+
+@pytest.mark.parametrize("name, preset, base, overrides", [
+    ("mnist", configs.MNIST, None, MNIST_OVERRIDES),
+    ("tiny", configs.TINY, configs.MNIST, TINY_OVERRIDES),
+    ("coil20", configs.COIL20, None, COIL20_OVERRIDES),
+    ("coil100", configs.COIL100, configs.COIL20, COIL100_OVERRIDES),
+    ("folder", configs.FOLDER, None, FOLDER_OVERRIDES),
+])
+def test_presets_differ_from_their_base_only_where_they_say(name, preset,
+                                                            base, overrides):
+  assert configs.get_preset(name) is preset
+  assert _differences(preset, base) == overrides
+  expected = (configs.Config(**overrides) if base is None
+              else base.replace(**overrides))
+  assert preset == expected
+  if name == "coil100":  # COIL-20's choices and its own, from the defaults
+    assert preset == configs.Config(**{**COIL20_OVERRIDES, **overrides})
+
+
+@pytest.mark.parametrize("name, shape, num_examples, latent_dim", [
+    ("mnist", (28, 28, 1), 70_000, 60),      # d = 2x2x15 (section 4)
+    ("tiny", (28, 28, 1), 300, 60),
+    ("coil20", (32, 32, 1), 1_440, 150),     # d = 5x5x6 (section 4.3)
+    ("coil100", (32, 32, 3), 7_200, 500),    # d = 5x5x20 (section 4.3)
+    ("folder", (32, 32, 1), 1_000, 135),     # 3x3x15
+])
+def test_each_preset_is_valid_for_its_data(name, shape, num_examples,
+                                           latent_dim):
+  preset = configs.get_preset(name)
+  if name in data.DATASETS or name == "tiny":
+    spec = data.DATASETS["mnist" if name == "tiny" else name]
+    assert (*spec.image_size, spec.channels) == shape
+  # Checked again from its fields and from its saved config.json.
+  assert configs.Config(**preset.to_dict()) == preset
+  assert configs.from_saved(
+      checkpoints.json_round_trip(preset.to_dict())) == preset
+  train.check_phases(preset.phases, None)
+  train.check_config_for_data(preset, preset.max_examples or num_examples)
+  model = train.build_model(preset, shape)
+  assert model.latent_dim == latent_dim
+  assert model.centroids.shape == (preset.num_clusters, latent_dim)
+
+
+def _old_layout(path, out):
+  """`path`'s .keras archive with its loss settings as constructor
+  arguments at the top of the model config, as earlier versions saved."""
+  with zipfile.ZipFile(path) as source, zipfile.ZipFile(out, "w") as target:
+    for item in source.infolist():
+      payload = source.read(item.filename)
+      if item.filename == "config.json":
+        saved = json.loads(payload)
+        inner = saved["config"]
+        inner.update(inner.pop("pretrain"))
+        inner.update(inner.pop("stage2"))
+        inner["lambda_d_start"] = inner.pop("stage1")["lambda_d"]
+        payload = json.dumps(saved).encode()
+      target.writestr(item, payload)
+
+
+def test_a_model_saved_with_the_old_config_layout_is_refused(tmp_path):
+  new = tmp_path / "new.keras"
+  train.build_model(configs.TINY, (28, 28, 1)).save(str(new))
+  old = tmp_path / "old.keras"
+  _old_layout(new, old)
+  with zipfile.ZipFile(old) as archive:
+    assert "knn_k" in json.loads(archive.read("config.json"))["config"]
+  message = "saved by an earlier version of ddlsc_tf"
+  with pytest.raises(ValueError, match=message):
+    keras.models.load_model(str(old))
+  with pytest.raises(ValueError, match=re.escape(str(old)) + ".*" + message):
+    checkpoints.load_keras_model(str(old))
+  with pytest.raises(ValueError, match=message):
+    inference.load_trained(str(old))
+  assert checkpoints.load_keras_model(str(new)).pretrain.knn_k == 5
+
+
+def test_a_saved_config_with_an_unknown_field_is_refused(tmp_path):
+  saved = checkpoints.json_round_trip(configs.TINY.to_dict())
+  assert configs.from_saved(saved) == configs.TINY
+  old = {**saved, "alpha": 0.1, "kmeans_n_init": 10}
   with pytest.raises(ValueError, match=re.escape(
-      f"nonanchor_power (saved {power}, now 1.5)")):
-    train.prepare_workdir(str(tmp_path), config.replace(nonanchor_power=1.5),
-                          resume=True, overwrite=False)
-  saved["nonanchor_penalty"] = "cube"
-  path.write_text(json.dumps(saved))
-  with pytest.raises(ValueError, match="nonanchor_penalty must be one of"):
-    train.prepare_workdir(str(tmp_path), config, resume=True, overwrite=False)
+      "saved config has unknown fields ['alpha', 'kmeans_n_init']")):
+    configs.from_saved(old)
+  # A run that an earlier version wrote: scoring it and resuming it say so.
+  (tmp_path / "config.json").write_text(json.dumps(old))
+  (tmp_path / "model.keras").write_bytes(b"a model")
+  with pytest.raises(ValueError, match=re.escape(
+      "unknown fields ['alpha', 'kmeans_n_init']")):
+    evaluation.evaluate_saved(str(tmp_path / "model.keras"))
+  with pytest.raises(ValueError, match=re.escape(
+      "alpha (saved 0.1, now None)")):
+    workdir_lib.prepare_workdir(str(tmp_path), configs.TINY, resume=True,
+                                overwrite=False)
+  assert json.loads((tmp_path / "config.json").read_text()) == old
