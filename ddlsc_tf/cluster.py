@@ -279,7 +279,8 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
           neighbours_per_seed=c.batch_neighbours if grouped else 0)
       model.fit(dataset, steps_per_epoch=steps, initial_epoch=epoch,
                 epochs=iteration_end,
-                callbacks=[tensorboard, pretrain_lib.EpochEnd(checkpoint)],
+                callbacks=[tensorboard, pretrain_lib.EpochEnd(checkpoint),
+                           run.stop_callback()],
                 verbose=run.verbose, shuffle=False)  # the batches' own order
       epoch = iteration_end
       iteration += 1

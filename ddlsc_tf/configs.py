@@ -7,6 +7,7 @@ command line (`python -m experiments.run --helpfull`).
 """
 
 import dataclasses
+import typing
 from typing import Optional, Tuple
 
 from ddlsc_tf import augment as augment_lib
@@ -79,8 +80,52 @@ class Config:
     return dataclasses.asdict(self)
 
 
+def _check_types(c):
+  """Raises ValueError naming a field whose value has the wrong type."""
+  for field in dataclasses.fields(c):
+    value = getattr(c, field.name)
+    kinds = (typing.get_args(field.type)  # Optional[X]
+             if typing.get_origin(field.type) is typing.Union
+             else (field.type,))
+    if value is None and type(None) in kinds:
+      continue
+    kind = next(k for k in kinds if k is not type(None))
+    if typing.get_origin(kind) is tuple:
+      item = typing.get_args(kind)[0]
+      ok = isinstance(value, tuple) and all(
+          _is(v, item) for v in value)
+      what = f"a tuple of {item.__name__}"
+    else:
+      ok, what = _is(value, kind), kind.__name__
+    if not ok:
+      raise ValueError(f"{field.name} must be {what}, got {value!r}.")
+
+
+def _is(value, kind):
+  if kind is float:  # an int is a float; a bool is neither
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+  if kind is int:
+    return isinstance(value, int) and not isinstance(value, bool)
+  return isinstance(value, kind)
+
+
+def min_image_size(paddings, pools):
+  """The smallest square input the encoder keeps at >= 1x1."""
+  for size in range(1, 1025):
+    s = size
+    for padding, pool in zip(paddings, pools):
+      s = s - 2 if padding == "valid" else s  # a 3x3 conv
+      s = s // 2 if pool else s
+      if s < 1:
+        break
+    else:
+      return size
+  return None
+
+
 def _check(c):
   """Raises ValueError naming the first field that cannot work."""
+  _check_types(c)
   for name in ("num_clusters", "batch_size", "pretrain_epochs", "knn_k",
                "eval_every", "min_steps_per_iteration"):
     if getattr(c, name) < 1:
@@ -112,9 +157,16 @@ def _check(c):
   if c.lambda_g and not c.anchor_groups:
     raise ValueError(f"lambda_g={c.lambda_g} needs anchor_groups (its "
                      f"groups); set anchor_groups=True or lambda_g=0.")
-  if c.image_size is not None and c.image_size < 8:
-    raise ValueError(f"image_size must be >= 8 (three 2x2 poolings), got "
-                     f"{c.image_size}.")
+  if len(c.paddings) != len(c.encoder_filters) or len(c.pools) != len(
+      c.encoder_filters):
+    raise ValueError(f"encoder_filters {c.encoder_filters}, paddings "
+                     f"{c.paddings} and pools {c.pools} must have the same "
+                     f"length.")
+  smallest = min_image_size(c.paddings, c.pools)
+  if c.image_size is not None and c.image_size < smallest:
+    raise ValueError(
+        f"image_size must be >= {smallest} for this network (paddings "
+        f"{c.paddings}, pools {c.pools}), got {c.image_size}.")
   if c.channels not in (None, 1, 3):
     raise ValueError(f"channels must be 1 or 3, got {c.channels}.")
   for name, allowed in (("anchor_selection", ANCHOR_SELECTIONS),

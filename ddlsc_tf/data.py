@@ -8,6 +8,7 @@ batches but are used only for evaluation.
 """
 
 import gzip
+import hashlib
 import os
 import zipfile
 from typing import NamedTuple, Optional, Tuple
@@ -246,6 +247,19 @@ def load_for(config, *, data_dir=None, manual_dir=None):
       config.dataset, data_dir=data_dir, manual_dir=manual_dir,
       max_examples=config.max_examples, image_size=config.image_size,
       channels=config.channels)
+
+
+def fingerprint(images, labels=None, *, chunk=10000):
+  """SHA-256 of the images' float32 bytes (and the labels'), hex: what a
+  resumed run checks it continues on the same data."""
+  digest = hashlib.sha256(str(tuple(images.shape)).encode())
+  for start in range(0, len(images), chunk):
+    part = images[start:start + chunk]
+    digest.update(np.asarray(part.numpy() if isinstance(part, tf.Tensor)
+                             else part, np.float32).tobytes())
+  if labels is not None:
+    digest.update(np.asarray(labels, np.int64).tobytes())
+  return digest.hexdigest()
 
 
 def as_tensor(array, dtype=None):

@@ -189,6 +189,10 @@ class DDLSC:
     return self
 
   def _fit_in(self, workdir, config, images, labels):
+    with workdir_lib.Lock(workdir):  # one writer per workdir
+      self._fit_locked(workdir, config, images, labels)
+
+  def _fit_locked(self, workdir, config, images, labels):
     # A refit replaces an earlier fit's outputs in the same workdir, but
     # never a folder that holds something else.
     saved = os.path.join(workdir, "config.json")

@@ -138,7 +138,8 @@ def pretrain(model, images, labels, config, run, resume_state=None):
 
   # Plateau first, so the evaluation sees stop_training and scores the last
   # epoch; the checkpoint last, so it saves that score.
-  callbacks = [evaluation_cb, tensorboard, EpochEnd(checkpoint)]
+  callbacks = [evaluation_cb, tensorboard, EpochEnd(checkpoint),
+               run.stop_callback()]
   if config.pretrain_tolerance > 0:
     callbacks.insert(0, plateau)
   dataset, steps = data.train_dataset(

@@ -6,7 +6,11 @@ DIR/result.json, each phase's model, the final model, the SavedModel and
 the pictures (`workdir` says what a run folder holds).
 """
 
+import contextlib
 import os
+import signal
+import sys
+import threading
 
 from absl import logging
 import keras
@@ -148,7 +152,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     data_dir: TFDS data directory.
     manual_dir: TFDS manual_dir for offline preparation.
     init_from: a saved .keras model to start from instead of a fresh one.
-    verbose: Keras `fit` verbosity.
+    verbose: Keras `fit` verbosity; "auto": a progress bar on a terminal,
+      one line per epoch when the output goes to a file or pipe.
     build: (config, input_shape) -> model.
     resume: continue the run in workdir from its last checkpoint (the
       config must be the same); starts afresh when there is none.
@@ -175,14 +180,35 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       workdir, "checkpoint", checkpoints.Checkpointer.STATE))
   check_start(config, images.shape[1:],
               init_from=None if resumes else init_from, build=build)
-  workdir_lib.prepare_workdir(workdir, config, resume=resume,
-                              overwrite=overwrite, init_from=init_from)
-  # The run keeps one tensor copy of the images; the NumPy one goes.
-  images = data.as_tensor(images)
-  _, result = run_phases(config, images, labels, workdir,
-                         init_from=init_from, verbose=verbose, build=build,
-                         resume=resume, pictures=pictures)
+  with workdir_lib.Lock(workdir):
+    workdir_lib.prepare_workdir(workdir, config, resume=resume,
+                                overwrite=overwrite, init_from=init_from)
+    # The run keeps one tensor copy of the images; the NumPy one goes.
+    images = data.as_tensor(images)
+    _, result = run_phases(config, images, labels, workdir,
+                           init_from=init_from, verbose=verbose, build=build,
+                           resume=resume, pictures=pictures)
   return result
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(run):
+  """While the run lasts, SIGTERM asks it to stop after its next checkpoint
+  (`workdir.Run.check_stop`) instead of killing it mid-write."""
+  if threading.current_thread() is not threading.main_thread():
+    yield  # only the main thread may set signal handlers
+    return
+
+  def handler(signum, frame):
+    del signum, frame
+    logging.warning("SIGTERM: stopping after the next checkpoint")
+    run.stop_requested = True
+
+  previous = signal.signal(signal.SIGTERM, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 def _start_phase(model, phase, run, resume_state):
@@ -222,6 +248,8 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   Returns:
     (the trained model, the result dict written to DIR/result.json).
   """
+  if verbose == "auto":  # a bar on a terminal, one line per epoch in a log
+    verbose = 1 if sys.stdout.isatty() else 2
   checked = validation.check_images(images)  # a view of a float32 tensor
   if not (isinstance(images, tf.Tensor) and images.dtype == tf.float32
           and tuple(images.shape) == checked.shape):
@@ -247,6 +275,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
                model.latent_dim, params, model.encoder.count_params(),
                model.decoder.count_params())
 
+  fingerprint = data.fingerprint(images, labels)
   if state is None:
     result = {"dataset": config.dataset, "seed": config.seed,
               "num_examples": int(len(images)), "params": params,
@@ -260,34 +289,22 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
           f"cannot resume the run in {workdir}: it trained on "
           f"{result['num_examples']} images, the data now has {len(images)}."
           f" Resume on the same data, or overwrite the run.")
+    if state.get("data") != fingerprint:
+      raise ValueError(
+          f"cannot resume the run in {workdir}: its images (or labels) "
+          f"differ from those it trained on, though there are as many. "
+          f"Resume on the same data, or overwrite the run.")
     if state.get("phase") is None:  # saved at a phase boundary
       checkpointer.restore(model, state)
     logging.info("resuming %s: phases done %s", workdir, done)
   run = workdir_lib.Run(model, workdir, verbose=verbose,
                         checkpointer=checkpointer, result=result, done=done,
-                        tables=neighbours.Tables(images, k=config.knn_k))
+                        tables=neighbours.Tables(images, k=config.knn_k),
+                        data=fingerprint)
   if state is None:
     _log_hparams(workdir, config)
-
-  for phase in config.phases:
-    if phase in done:
-      continue
-    inside = state if state and state.get("phase") == phase else None
-    result["phases"][phase] = _run_phase(model, images, labels, config, run,
-                                         phase, inside)
-    if config.recalibrate_batch_norm:  # the saved model's, whatever ran last
-      model.recalibrate_batch_norm(images, batch_size=config.batch_size,
-                                   seed=config.seed)
-    last = result["phases"][phase]
-    result["final"] = {k: last[k] for k in ("acc", "nmi", "ari")}
-    done.append(phase)
-    if pictures:
-      pictures_lib.save_pictures(model, images, labels, config, workdir,
-                                 phase, last)
-    checkpoints.save_model_atomic(model,
-                                  os.path.join(workdir, f"{phase}.keras"))
-    checkpoints.write_json_atomic(os.path.join(workdir, "result.json"), result)
-    run.save({"phase": None})
+  with _stop_on_sigterm(run):
+    _run_all(model, images, labels, config, run, state, pictures)
 
   if not cluster.centroids_initialised(model):
     # Pre-training only: the exported model's centroids come from the
@@ -298,3 +315,29 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   logging.info("saved %s/model.keras and the SavedModel %s/export",
                workdir, workdir)
   return model, result
+
+
+def _run_all(model, images, labels, config, run, state, pictures):
+  """Runs the phases not done yet; after each, saves its model,
+  result.json and a checkpoint at the phase boundary."""
+  result, workdir = run.result, run.workdir
+  for phase in config.phases:
+    if phase in run.done:
+      continue
+    inside = state if state and state.get("phase") == phase else None
+    result["phases"][phase] = _run_phase(model, images, labels, config, run,
+                                         phase, inside)
+    if config.recalibrate_batch_norm:  # the saved model's, whatever ran last
+      model.recalibrate_batch_norm(images, batch_size=config.batch_size,
+                                   seed=config.seed)
+    last = result["phases"][phase]
+    result["final"] = {k: last[k] for k in ("acc", "nmi", "ari")}
+    run.done.append(phase)
+    if pictures:
+      pictures_lib.save_pictures(model, images, labels, config, workdir,
+                                 phase, last)
+    checkpoints.save_model_atomic(model,
+                                  os.path.join(workdir, f"{phase}.keras"))
+    checkpoints.write_json_atomic(os.path.join(workdir, "result.json"), result)
+    run.save({"phase": None})
+    run.check_stop()

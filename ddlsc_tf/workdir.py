@@ -8,9 +8,13 @@ TensorBoard, the pictures, and DIR/checkpoint/ after every epoch so that a
 killed run continues with `resume=True` where it stopped.
 """
 
+import errno
+import fcntl
 import glob
 import os
 import shutil
+
+import keras
 
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
@@ -85,6 +89,67 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
   checkpoints.write_json_atomic(config_path, config.to_dict())
 
 
+class WorkdirInUseError(RuntimeError):
+  """Another process holds the workdir's lock."""
+
+
+class Lock:
+  """One writer per workdir: an exclusive lock on DIR/.lock held for the
+  whole run (`with Lock(workdir): ...`).
+
+  A second writer is refused at once, naming the process that holds it.
+  The lock is the kernel's (flock), so a killed run leaves nothing that
+  blocks `--resume`: its lock goes with its process.
+  """
+
+  NAME = ".lock"
+
+  def __init__(self, workdir):
+    self.path = os.path.join(workdir, self.NAME)
+    self._fd = None
+
+  def __enter__(self):
+    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+      os.close(fd)
+      if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        raise
+      raise WorkdirInUseError(
+          f"workdir {os.path.dirname(self.path)} is in use by process "
+          f"{holder}; wait for it to end (or stop it), or use another "
+          f"workdir.") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    self._fd = fd
+    return self
+
+  def __exit__(self, *exc):
+    fcntl.flock(self._fd, fcntl.LOCK_UN)
+    os.close(self._fd)
+    self._fd = None
+
+
+class RunInterrupted(Exception):
+  """A stop was asked for (SIGTERM): the run ended after its last
+  checkpoint, and `--resume` continues it."""
+
+
+class StopAfterCheckpoint(keras.callbacks.Callback):
+  """Ends `fit` after the epoch's checkpoint once the run is asked to stop
+  (placed after the checkpoint callback)."""
+
+  def __init__(self, run):
+    super().__init__()
+    self.run = run
+
+  def on_epoch_end(self, epoch, logs=None):
+    self.run.check_stop()
+
+
 class Run:
   """What the phases of one run share while they write into its workdir.
 
@@ -96,21 +161,37 @@ class Run:
     result: the result dict so far (what DIR/result.json will hold).
     done: the names of the phases finished.
     tables: the run's `neighbours.Tables`.
+    data: the data's fingerprint (`data.fingerprint`), checked on resume.
+    stop_requested: set (by a SIGTERM handler) to end the run after the
+      next checkpoint.
   """
 
   def __init__(self, model, workdir, *, verbose, checkpointer, result, done,
-               tables):
+               tables, data):
     self.model, self.workdir, self.verbose = model, workdir, verbose
     self.checkpointer = checkpointer
     self.result, self.done = result, done
-    self.tables = tables
+    self.tables, self.data = tables, data
+    self.stop_requested = False
 
   def save(self, phase_state, assignments=None):
     """A checkpoint: the model, where `phase_state` says the phase is, the
     result so far and, in the clustering stages, the current S."""
     self.checkpointer.save(
         self.model, dict(phase_state, result=self.result,
-                          done=list(self.done)), assignments=assignments)
+                          done=list(self.done), data=self.data),
+        assignments=assignments)
+
+  def check_stop(self):
+    """Raises RunInterrupted when a stop was asked for (call it right after
+    a checkpoint)."""
+    if self.stop_requested:
+      raise RunInterrupted(
+          f"stopped on request after the last checkpoint in "
+          f"{self.workdir}; continue with --resume (resume=True).")
+
+  def stop_callback(self):
+    return StopAfterCheckpoint(self)
 
   def tensorboard_dir(self, *parts):
     return os.path.join(self.workdir, "tb", *parts)

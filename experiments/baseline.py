@@ -3,16 +3,18 @@ r"""Raw-pixel k-means baseline: `python -m experiments.baseline --dataset=mnist`
 Prints ACC/NMI/ARI and, with --out, writes them as JSON.
 """
 
-from absl import app
 from absl import flags
 
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import evaluation
+from experiments import cli
 from experiments import config_flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
+flags.DEFINE_string("dataset", "mnist",
+                    "The preset and its data: mnist, coil20, coil100, tiny, "
+                    "or folder:PATH.")
 config_flags.define_data_flags()
 flags.DEFINE_string("out", None, "Optional JSON output path.")
 config_flags.define_overrides()  # --seed (k-means' random state), ...
@@ -29,4 +31,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -8,17 +8,19 @@ cluster2_examples_per_s, eval_seconds, peak_rss_bytes and more.
 import os
 
 
-from absl import app
 from absl import flags
 
 from ddlsc_tf import benchmark
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
+from experiments import cli
 from experiments import config_flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
+flags.DEFINE_string("dataset", "mnist",
+                    "The preset and its data: mnist, coil20, coil100, tiny, "
+                    "or folder:PATH.")
 config_flags.define_data_flags()
 flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
 flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
@@ -91,4 +93,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -14,7 +14,9 @@ FLAGS = flags.FLAGS
 
 def define_data_flags():
   """Defines --data_dir and --manual_dir, as `data.load_images` takes them."""
-  flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+  flags.DEFINE_string("data_dir", None,
+                      "Where TFDS keeps prepared data sets (default: "
+                      "~/tensorflow_datasets).")
   flags.DEFINE_string("manual_dir", None,
                       "Folder with the raw dataset archives, for offline use.")
 

@@ -8,12 +8,12 @@ Clusters them with `ddlsc_tf.DDLSC(n_clusters=10)` and prints ACC/NMI/ARI
 
 import time
 
-from absl import app
 from absl import flags
 from sklearn import datasets
 
 import ddlsc_tf
 from ddlsc_tf import metrics
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("seed", 0, "Seed of the run.")
@@ -37,4 +37,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

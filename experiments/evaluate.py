@@ -8,11 +8,11 @@ The run's DIR/config.json gives the dataset and the evaluation's settings;
 any Config field given as a flag changes it for this evaluation only.
 """
 
-from absl import app
 from absl import flags
 
 from ddlsc_tf import checkpoints
 from ddlsc_tf import evaluation
+from experiments import cli
 from experiments import config_flags
 
 FLAGS = flags.FLAGS
@@ -34,4 +34,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

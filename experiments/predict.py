@@ -10,11 +10,11 @@ prints how many images each cluster got.
 
 import collections
 
-from absl import app
 from absl import flags
 
 from ddlsc_tf import checkpoints
 from ddlsc_tf import inference
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Run workdir or .keras file.",
@@ -38,4 +38,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -3,20 +3,25 @@ r"""Runs DDLSC on one dataset: `python -m experiments.run --dataset=mnist`.
 Every preset field can be overridden by the flag of the same name.
 """
 
-from absl import app
 from absl import flags
 from absl import logging
 
 from ddlsc_tf import configs
 from ddlsc_tf import train
+from experiments import cli
 from experiments import config_flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("dataset", "mnist", "Preset name (also the dataset).")
-flags.DEFINE_string("workdir", None, "Output folder.", required=True)
+flags.DEFINE_string("dataset", "mnist",
+                    "The preset and its data: mnist, coil20, coil100, tiny, "
+                    "or folder:PATH (a folder of images or a .npy array).")
+flags.DEFINE_string("workdir", None,
+                    "Folder for the run's outputs (created if missing).",
+                    required=True)
 config_flags.define_data_flags()
 flags.DEFINE_enum("verbose", "auto", ["auto", "0", "1", "2"],
-                  "Keras progress output: 1 a bar, 2 one line per epoch.")
+                  "Keras progress output: 0 none, 1 a progress bar, 2 one "
+                  "line per epoch; auto: a bar on a terminal, else lines.")
 flags.DEFINE_string("init_from", None,
                     "A .keras model saved by an earlier phase to start from "
                     "(needed when --phases does not start with pretrain).")
@@ -51,4 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)
