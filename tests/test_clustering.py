@@ -1,13 +1,22 @@
-"""Clustering-phase losses (eq. 7-11) against NumPy; stage steps; empties."""
+"""Clustering-phase losses (eq. 7-11) against NumPy; stage steps; empties;
+the start partitions and each stage's S (nearest, spectral, voted, refreshed,
+balanced)."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from ddlsc_tf import cluster
 from ddlsc_tf import configs
+from ddlsc_tf import data
 from ddlsc_tf import losses
+from ddlsc_tf import metrics
+from ddlsc_tf import model as model_lib
+from ddlsc_tf import neighbours
+from ddlsc_tf import partitions
 from ddlsc_tf import train
+from ddlsc_tf import workdir as workdir_lib
 
 K = 4
 
@@ -233,10 +242,16 @@ def test_empty_cluster_stage_step_is_finite(make_blobs):
 
 
 def test_clustering_phase_requires_centroids():
-  config = configs.TINY.replace(num_clusters=None)
-  model = train.build_model(config, (28, 28, 1))
-  with pytest.raises(ValueError, match="num_clusters"):
-    model.phase = "cluster1"
+  c = configs.TINY
+  model = model_lib.DDLSC(
+      (28, 28, 1), encoder_filters=c.encoder_filters, paddings=c.paddings,
+      decoder_filters=c.decoder_filters, pools=c.pools, num_clusters=None)
+  assert model.centroids is None
+  for phase in ("cluster1", "cluster2"):
+    with pytest.raises(ValueError, match=f"phase '{phase}' needs centroids: "
+                       f"build the model with num_clusters"):
+      model.phase = phase
+  assert model.phase == "pretrain"
 
 
 @pytest.mark.parametrize("phases, init_from, message", [
@@ -254,20 +269,21 @@ def test_grouped_batches_in_the_anchor_phases_only(make_blobs, tmp_path,
   # Pre-training and stage I use anchors, so neighbour-grouped batches;
   # stage II has none and gets plain ones.
   seen = []
-  plain = train.data.train_dataset
+  plain = data.train_dataset
 
   def spy(*args, **kwargs):
     seen.append((kwargs.get("assignments") is not None,
                  kwargs.get("neighbours_per_seed", 0)))
     return plain(*args, **kwargs)
 
-  monkeypatch.setattr(train.data, "train_dataset", spy)
+  monkeypatch.setattr(data, "train_dataset", spy)
   x, labels = make_blobs(n=60)
   config = configs.TINY.replace(
       num_clusters=4, knn_k=4, batch_neighbours=2, batch_size=20,
       pretrain_epochs=1, cluster1_iterations=1, cluster2_iterations=1,
-      tsne_points=0, max_examples=None)
-  model, _ = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+      max_examples=None)
+  train.run_phases(config, x, labels, str(tmp_path), verbose=0,
+                   pictures=False)
   # pretrain (no assignments) then stage I, then stage II, each once.
   assert seen == [(False, 2), (True, 2), (True, 0)]
 
@@ -275,8 +291,13 @@ def test_grouped_batches_in_the_anchor_phases_only(make_blobs, tmp_path,
 # 60 images in 4 clusters, one pre-training epoch, every stage iteration run.
 _SIXTY_IMAGES = configs.TINY.replace(
     num_clusters=4, knn_k=4, batch_neighbours=0, batch_size=20,
-    pretrain_epochs=1, tsne_points=0, max_examples=None,
-    cluster_tolerance=0.0)
+    pretrain_epochs=1, max_examples=None, cluster_tolerance=0.0)
+
+
+def _run(config, images, labels, workdir, **kwargs):
+  """`train.run_phases` without pictures or progress bars."""
+  return train.run_phases(config, images, labels, str(workdir), verbose=0,
+                          pictures=False, **kwargs)
 
 
 @pytest.mark.parametrize("cluster2_tolerance, stage_two_assignments", [
@@ -289,7 +310,7 @@ def test_stage_two_tolerance_leaves_stage_one_alone(
   config = _SIXTY_IMAGES.replace(
       cluster1_iterations=3, cluster2_iterations=3, vote_rounds=0,
       cluster_tolerance=1e9, cluster2_tolerance=cluster2_tolerance)
-  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+  _, result = _run(config, x, labels, tmp_path)
   assert len(result["phases"]["cluster1"]["history"]) == 2
   assert (len(result["phases"]["cluster2"]["history"])
           == stage_two_assignments)
@@ -298,7 +319,7 @@ def test_stage_two_tolerance_leaves_stage_one_alone(
 # Pre-training and two stage-I iterations, spectral start.
 _SPECTRAL_STAGE_ONE = _SIXTY_IMAGES.replace(
     cluster1_iterations=2, phases=("pretrain", "cluster1"),
-    cluster_init="spectral", spectral_neighbors=5, vote_rounds=0)
+    cluster_init="spectral", vote_rounds=0)
 
 
 def _noise_images():
@@ -309,197 +330,179 @@ def _noise_images():
           rng.integers(0, 4, 60))
 
 
-def _spy_on_spectral_and_batches(monkeypatch):
-  """Lists that fill with each spectral partition computed and each
-  partition a fit trained on (None for pre-training)."""
-  partitions, trained_on = [], []
-  spectral, plain = train.metrics.spectral_on_sphere, train.data.train_dataset
+class _Spectral:
+  """What each spectral partition of a run got and gave: the latent, the
+  partition and its centroids."""
 
-  def spy_spectral(*args, **kwargs):
-    out = spectral(*args, **kwargs)
-    partitions.append(out[0])
+  def __init__(self):
+    self.z, self.partitions, self.centroids = [], [], []
+
+  def __len__(self):
+    return len(self.partitions)
+
+  def __getitem__(self, i):
+    return self.partitions[i]
+
+
+def _spy_on_spectral_and_batches(monkeypatch):
+  """A `_Spectral` that fills with each spectral partition computed, and a
+  list of each partition a fit trained on (None for pre-training)."""
+  seen, trained_on = _Spectral(), []
+  spectral, plain = partitions.spectral_on_sphere, data.train_dataset
+
+  def spy_spectral(z, **kwargs):
+    out = spectral(z, **kwargs)
+    seen.z.append(np.array(z))
+    seen.partitions.append(out[0])
+    seen.centroids.append(out[1])
     return out
 
   def spy_batches(*args, **kwargs):
     trained_on.append(kwargs.get("assignments"))
     return plain(*args, **kwargs)
 
-  monkeypatch.setattr(train.metrics, "spectral_on_sphere", spy_spectral)
-  monkeypatch.setattr(train.data, "train_dataset", spy_batches)
-  return partitions, trained_on
+  monkeypatch.setattr(partitions, "spectral_on_sphere", spy_spectral)
+  monkeypatch.setattr(data, "train_dataset", spy_batches)
+  return seen, trained_on
 
 
-def test_spectral_start_uses_the_configured_graph(monkeypatch):
-  seen = []
-  spectral = train.metrics.spectral_on_sphere
-
-  def spy_spectral(*args, **kwargs):
-    seen.append(kwargs["graph"])
-    return spectral(*args, **kwargs)
-
-  monkeypatch.setattr(train.metrics, "spectral_on_sphere", spy_spectral)
-  for graph in ("knn", "mutual"):
-    config = _SPECTRAL_STAGE_ONE.replace(spectral_graph=graph)
-    model = train.build_model(config, (28, 28, 1))
-    z = np.random.default_rng(0).normal(
-        size=(60, model.centroids.shape[1])).astype(np.float32)
-    start = train.init_centroids(model, None, config, z=z)
-    expected, centroids = spectral(
-        z, num_clusters=config.num_clusters, n_neighbors=5, seed=0,
-        graph=graph)
-    np.testing.assert_array_equal(start, expected)
-    np.testing.assert_allclose(model.centroids.numpy(), centroids)
-  assert seen == ["knn", "mutual"]
+def test_spectral_start_sets_the_partition_and_its_centroids(monkeypatch):
+  spectral = partitions.spectral_on_sphere
+  seen, _ = _spy_on_spectral_and_batches(monkeypatch)
+  config = _SPECTRAL_STAGE_ONE.replace(seed=2)
+  model = train.build_model(config, (28, 28, 1))
+  z = np.random.default_rng(0).normal(
+      size=(60, model.centroids.shape[1])).astype(np.float32)
+  start = cluster.start_partition(model, None, config, z=z)
+  assert len(seen) == 1
+  np.testing.assert_array_equal(seen.z[0], z)
+  assert partitions.SPECTRAL_NEIGHBOURS == 10
+  expected, centroids = spectral(z, num_clusters=config.num_clusters,
+                                 seed=2, n_neighbors=10)
+  np.testing.assert_array_equal(start, expected)
+  np.testing.assert_allclose(model.centroids.numpy(), centroids)
 
 
-def test_kmeans_start_uses_the_spherical_refinement():
+def test_kmeans_start_is_kmeans_of_the_unit_latent():
   z = np.random.default_rng(1).normal(size=(60, 60)).astype(np.float32)
-  starts = []
-  for spherical in (False, True):
-    config = _SIXTY_IMAGES.replace(cluster_init="kmeans",
-                                   kmeans_spherical=spherical)
-    model = train.build_model(config, (28, 28, 1))
-    start = train.init_centroids(model, None, config, z=z)
-    expected, centroids = train.metrics.kmeans_on_sphere(
-        z, num_clusters=config.num_clusters, n_init=config.kmeans_n_init,
-        seed=config.seed, spherical=spherical)
-    np.testing.assert_array_equal(start, expected)
-    np.testing.assert_allclose(model.centroids.numpy(), centroids)
-    unit = z / np.linalg.norm(z, axis=1, keepdims=True)
-    fixed = np.array_equal(np.argmax(unit @ centroids.T, axis=1), expected)
-    assert fixed or not spherical
-    starts.append(start)
-  assert not np.array_equal(*starts)  # the data tells the two apart
+  config = _SIXTY_IMAGES.replace(cluster_init="kmeans", seed=2)
+  model = train.build_model(config, (28, 28, 1))
+  start = cluster.start_partition(model, None, config, z=z)
+  assert partitions.KMEANS_RESTARTS == 10
+  expected, centroids = partitions.kmeans_on_sphere(
+      z, num_clusters=config.num_clusters, seed=2, n_init=10)
+  np.testing.assert_array_equal(start, expected)
+  np.testing.assert_allclose(model.centroids.numpy(), centroids)
+  np.testing.assert_allclose(np.linalg.norm(centroids, axis=1), 1.0,
+                             rtol=1e-6)
 
 
-def test_spectral_start_holds_the_partition_through_stage_one(
+def test_spectral_start_repartitions_every_stage_one_iteration(
     make_blobs, tmp_path, monkeypatch):
-  # Stage I trains on the spectral partition in every iteration; its phase
+  # Each stage-I iteration trains on the spectral partition of the latent
+  # it starts from (the last one is scored, not trained on), and no L_c
+  # tolerance stops a stage whose S is new every iteration. The phase
   # scores are the model's own nearest-centroid clustering.
-  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
+  seen, trained_on = _spy_on_spectral_and_batches(monkeypatch)
   x, labels = make_blobs(n=60)
-  config = _SPECTRAL_STAGE_ONE
-  model, result = train.run_phases(config, x, labels, str(tmp_path),
-                                   verbose=0)
-  assert len(partitions) == 1
-  start = partitions[0]
-  assert len(trained_on) == 3  # pre-training, then two stage-I iterations
-  for held in trained_on[1:]:
-    np.testing.assert_array_equal(held, start)
+  config = _SPECTRAL_STAGE_ONE.replace(cluster_tolerance=1e9)
+  model, result = _run(config, x, labels, tmp_path)
   stage = result["phases"]["cluster1"]
-  spectral_acc = train.metrics.cluster_accuracy(labels, start)
-  assert all(h["acc"] == pytest.approx(spectral_acc)
-             for h in stage["history"])
-  assert stage["held_partition"]["acc"] == pytest.approx(spectral_acc)
+  assert len(stage["history"]) == 3
+  assert len(seen) == 3  # the start, then iterations 1 and 2
+  assert len(trained_on) == 3  # pre-training, then two stage-I iterations
+  for held, partition in zip(trained_on[1:], seen.partitions):
+    np.testing.assert_array_equal(held, partition)
+  assert [h["acc"] for h in stage["history"]] == pytest.approx(
+      [metrics.cluster_accuracy(labels, p) for p in seen.partitions])
+  assert stage["held_partition"]["acc"] == pytest.approx(
+      metrics.cluster_accuracy(labels, seen[-1]))
   predicted = losses.assign_clusters(model.embed(x), model.centroids).numpy()
   assert stage["acc"] == pytest.approx(
-      train.metrics.cluster_accuracy(labels, predicted))
+      metrics.cluster_accuracy(labels, predicted))
   assert result["final"]["acc"] == stage["acc"]
-
-
-def test_hold_refresh_recomputes_the_held_partition(make_blobs, tmp_path,
-                                                    monkeypatch):
-  # hold_refresh=1: each stage-I iteration holds the spectral partition of
-  # the latent it starts from (the last one is scored, not trained on),
-  # and no L_c tolerance stops it early.
-  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
-  x, labels = make_blobs(n=60)
-  config = _SPECTRAL_STAGE_ONE.replace(hold_refresh=1, cluster_tolerance=1e9)
-  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
-  assert len(result["phases"]["cluster1"]["history"]) == 3
-  assert len(partitions) == 3  # the start, then iterations 1 and 2
-  assert len(trained_on) == 3  # pre-training, then two stage-I iterations
-  for held, partition in zip(trained_on[1:], partitions):
-    np.testing.assert_array_equal(held, partition)
-  stage = result["phases"]["cluster1"]
-  assert stage["held_partition"]["acc"] == pytest.approx(
-      train.metrics.cluster_accuracy(labels, partitions[-1]))
 
 
 def _run_both_stages(tmp_path, monkeypatch, **changes):
   """Pre-training, one stage-I iteration and stage II on noise images with
-  the spies on: (partitions, trained_on, model, result, images, labels)."""
-  partitions, trained_on = _spy_on_spectral_and_batches(monkeypatch)
+  the spies on: (seen, trained_on, model, result, images, labels)."""
+  seen, trained_on = _spy_on_spectral_and_batches(monkeypatch)
   x, labels = _noise_images()
   config = _SPECTRAL_STAGE_ONE.replace(
       cluster1_iterations=1, phases=("pretrain", "cluster1", "cluster2"),
       **changes)
-  model, result = train.run_phases(config, x, labels, str(tmp_path),
-                                   verbose=0)
-  return partitions, trained_on, model, result, x, labels
+  model, result = _run(config, x, labels, tmp_path)
+  return seen, trained_on, model, result, x, labels
 
 
-@pytest.mark.parametrize("restart", [False, True])
-def test_stage_two_restart_trains_on_a_new_spectral_partition(
-    restart, tmp_path, monkeypatch):
-  partitions, trained_on, _, _, _, _ = _run_both_stages(
-      tmp_path, monkeypatch, cluster2_iterations=1, cluster2_restart=restart)
+def test_nearest_stage_two_starts_from_stage_one_centroids(tmp_path,
+                                                           monkeypatch):
+  seen, trained_on, _, result, _, _ = _run_both_stages(
+      tmp_path, monkeypatch, cluster2_iterations=1)
   assert len(trained_on) == 3  # pre-training, stage I, stage II
-  np.testing.assert_array_equal(trained_on[1], partitions[0])
-  if restart:
-    assert len(partitions) == 2  # stage I's start, then stage II's
-    np.testing.assert_array_equal(trained_on[2], partitions[1])
-  else:
-    assert len(partitions) == 1
-    assert not np.array_equal(trained_on[2], partitions[0])
+  np.testing.assert_array_equal(trained_on[1], seen[0])
+  assert len(seen) == 2  # stage I's start and its last S: none in stage II
+  # Stage II's S: each image's nearest centroid, the centroids the means of
+  # stage I's last S in the same latent.
+  z = seen.z[-1]
+  centroids = losses.update_centroids(z, seen[-1], seen.centroids[-1])
+  nearest = losses.assign_clusters(z, centroids).numpy()
+  np.testing.assert_array_equal(trained_on[2], nearest)
+  assert not np.array_equal(trained_on[2], seen[-1])
+  assert "held_partition" not in result["phases"]["cluster2"]
 
 
 def test_stage_two_refresh_trains_every_iteration_on_a_new_partition(
     tmp_path, monkeypatch):
-  partitions, trained_on, _, result, _, labels = _run_both_stages(
-      tmp_path, monkeypatch, cluster2_iterations=2, cluster2_refresh=True,
-      cluster_tolerance=1e9)
-  # Stage I's start; stage II's start, its iteration 1 and its last
-  # (scored, not trained on).
-  assert len(partitions) == 4
+  seen, trained_on, _, result, _, labels = _run_both_stages(
+      tmp_path, monkeypatch, cluster2_iterations=2,
+      cluster2_assignment="refresh", cluster_tolerance=1e9)
+  # Stage I's start and last S; stage II's start, its iteration 1 and its
+  # last (scored, not trained on).
+  assert len(seen) == 5
   assert len(trained_on) == 4  # pre-training, stage I, two stage-II fits
-  for fit, partition in zip(trained_on[1:], partitions):
+  for fit, partition in zip(trained_on[1:], (seen[0], seen[2], seen[3])):
     np.testing.assert_array_equal(fit, partition)
   stage = result["phases"]["cluster2"]
   assert len(stage["history"]) == 3
+  assert [h["acc"] for h in stage["history"]] == pytest.approx(
+      [metrics.cluster_accuracy(labels, p) for p in seen.partitions[2:]])
   assert stage["held_partition"]["acc"] == pytest.approx(
-      train.metrics.cluster_accuracy(labels, partitions[-1]))
+      metrics.cluster_accuracy(labels, seen[-1]))
 
 
-def test_hold_refresh_must_not_be_negative():
-  with pytest.raises(ValueError, match="hold_refresh must be >= 0"):
-    configs.TINY.replace(hold_refresh=-1)
-
-
-def test_spectral_neighbours_must_fit_the_data():
-  config = configs.TINY.replace(cluster_init="spectral",
-                                spectral_neighbors=300)
-  with pytest.raises(ValueError, match="spectral_neighbors 300"):
-    train.check_config_for_data(config, 300)
-  train.check_config_for_data(config, 301)
+def test_spectral_start_needs_more_images_than_its_neighbours():
+  config = configs.TINY.replace(cluster_init="spectral", num_clusters=2,
+                                batch_size=10, knn_k=5)
+  with pytest.raises(ValueError, match="the spectral start needs more than "
+                     "10 images; the data has 10"):
+    train.check_config_for_data(config, 10)
+  train.check_config_for_data(config, 11)
+  train.check_config_for_data(config.replace(cluster_init="kmeans"), 10)
   with pytest.raises(ValueError, match="cluster_init"):
     configs.TINY.replace(cluster_init="dbscan")
-  with pytest.raises(ValueError, match="spectral_graph must be one of"):
-    configs.TINY.replace(spectral_graph="full")
 
 
 def test_resumed_spectral_stage_one_keeps_the_held_partition(tmp_path,
                                                              monkeypatch):
   # Killed after stage I's first epoch, the resumed run trains the rest of
-  # stage I on the same held partition and ends with the same scores.
+  # that iteration on the same partition and ends with the same scores.
   x, labels = _noise_images()
   config = _SPECTRAL_STAGE_ONE
-  _, whole = train.run_phases(config, x, labels, str(tmp_path / "whole"),
-                              verbose=0)
-  save = train._Run.save  # pylint: disable=protected-access
+  _, whole = _run(config, x, labels, tmp_path / "whole")
+  save = workdir_lib.Run.save
 
   def save_then_die(run, state, assignments=None):
     save(run, state, assignments=assignments)
     if state.get("phase") == "cluster1" and state.get("epoch") == 1:
       raise KeyboardInterrupt("killed")
 
-  monkeypatch.setattr(train._Run, "save", save_then_die)  # pylint: disable=protected-access
+  monkeypatch.setattr(workdir_lib.Run, "save", save_then_die)
   workdir = tmp_path / "killed"
   with pytest.raises(KeyboardInterrupt):
-    train.run_phases(config, x, labels, str(workdir), verbose=0)
-  monkeypatch.setattr(train._Run, "save", save)  # pylint: disable=protected-access
-  _, resumed = train.run_phases(config, x, labels, str(workdir), verbose=0,
-                                resume=True)
+    _run(config, x, labels, workdir)
+  monkeypatch.setattr(workdir_lib.Run, "save", save)
+  _, resumed = _run(config, x, labels, workdir, resume=True)
   for key in ("acc", "nmi", "ari"):
     assert resumed["phases"]["cluster1"][key] == pytest.approx(
         whole["phases"]["cluster1"][key])
@@ -511,39 +514,37 @@ def _spy_on_votes_and_batches(monkeypatch):
   """Records every kNN vote (S before, its table, S after) and the keyword
   arguments of every train_dataset call of a run, which proceeds as usual."""
   votes, batches = [], []
-  vote, plain = train.metrics.knn_vote, train.data.train_dataset
+  vote, plain = neighbours.knn_vote, data.train_dataset
 
-  def spy_vote(assignments, neighbours, **kwargs):
-    votes.append((np.array(assignments), np.array(neighbours),
-                  vote(assignments, neighbours, **kwargs)))
+  def spy_vote(assignments, table, **kwargs):
+    votes.append((np.array(assignments), np.array(table),
+                  vote(assignments, table, **kwargs)))
     return votes[-1][2]
 
   def spy_batches(*args, **kwargs):
     batches.append(kwargs)
     return plain(*args, **kwargs)
 
-  monkeypatch.setattr(train.metrics, "knn_vote", spy_vote)
-  monkeypatch.setattr(train.data, "train_dataset", spy_batches)
+  monkeypatch.setattr(neighbours, "knn_vote", spy_vote)
+  monkeypatch.setattr(data, "train_dataset", spy_batches)
   return votes, batches
 
 
 def test_stages_train_on_the_voted_partition(tmp_path, monkeypatch):
   # With vote_rounds, every assignment step's S is smoothed by the kNN vote
-  # over the run's raw-image neighbour table before θ trains on it; the
-  # history scores that S, the phase the model's nearest-centroid
-  # clustering. Noise images, so the vote changes S. The plain table here
-  # (the MNIST preset's shifted one: the next test).
+  # over the run's shift-tolerant raw-image neighbour table before θ trains
+  # on it; the history scores that S, the phase the model's
+  # nearest-centroid clustering. Noise images, so the vote changes S.
   votes, batches = _spy_on_votes_and_batches(monkeypatch)
   x, labels = _noise_images()
   config = _SIXTY_IMAGES.replace(cluster1_iterations=1,
-                                 cluster2_iterations=1, vote_rounds=2,
-                                 neighbour_shift=0)
-  model, result = train.run_phases(config, x, labels, str(tmp_path),
-                                   verbose=0)
+                                 cluster2_iterations=1, vote_rounds=2)
+  model, result = _run(config, x, labels, tmp_path)
   # Stage I: S before training and after its iteration; stage II: the same.
   assert len(votes) == 4
-  np.testing.assert_array_equal(votes[0][1],
-                                train.data.neighbour_table(x, k=4))
+  assert neighbours.VOTE_SHIFT == 2
+  np.testing.assert_array_equal(
+      votes[0][1], neighbours.neighbour_table(x, k=4, shift=2))
   assert any((before != after).any() for before, _, after in votes)
   # θ trained on the voted S in both stages (index 0 is pre-training).
   np.testing.assert_array_equal(batches[1]["assignments"], votes[0][2])
@@ -551,12 +552,12 @@ def test_stages_train_on_the_voted_partition(tmp_path, monkeypatch):
   for phase, (first, last) in (("cluster1", (0, 1)), ("cluster2", (2, 3))):
     stage = result["phases"][phase]
     assert [h["acc"] for h in stage["history"]] == pytest.approx([
-        train.metrics.cluster_accuracy(labels, votes[i][2])
+        metrics.cluster_accuracy(labels, votes[i][2])
         for i in (first, last)])
     assert stage["voted_partition"]["acc"] == stage["history"][-1]["acc"]
   predicted = losses.assign_clusters(model.embed(x), model.centroids).numpy()
   assert result["final"]["acc"] == pytest.approx(
-      train.metrics.cluster_accuracy(labels, predicted))
+      metrics.cluster_accuracy(labels, predicted))
 
 
 def test_vote_rounds_must_not_be_negative():
@@ -566,16 +567,16 @@ def test_vote_rounds_must_not_be_negative():
 
 def test_the_vote_uses_the_shifted_table_and_the_batches_the_plain_one(
     tmp_path, monkeypatch):
-  # neighbour_shift re-ranks the vote's table only: grouped batches must
-  # bring in the pairs the per-batch (plain-cosine) kNN graph joins.
+  # The shift re-ranks the vote's table only: grouped batches must bring in
+  # the pairs the per-batch (plain-cosine) kNN graph joins.
   votes, batches = _spy_on_votes_and_batches(monkeypatch)
   x, labels = _noise_images()
   config = _SIXTY_IMAGES.replace(cluster1_iterations=1, vote_rounds=1,
-                                 neighbour_shift=1, batch_neighbours=2,
+                                 batch_neighbours=2,
                                  phases=("pretrain", "cluster1"))
-  train.run_phases(config, x, labels, str(tmp_path), verbose=0)
-  shifted = train.data.neighbour_table(x, k=4, shift=1)
-  unshifted = train.data.neighbour_table(x, k=4)
+  _run(config, x, labels, tmp_path)
+  shifted = neighbours.neighbour_table(x, k=4, shift=neighbours.VOTE_SHIFT)
+  unshifted = neighbours.neighbour_table(x, k=4)
   assert not (shifted == unshifted).all()
   assert votes and all((table == shifted).all() for _, table, _ in votes)
   assert len(batches) == 2  # pre-training and stage I
@@ -592,9 +593,9 @@ def test_the_latent_vote_joins_stage_two_from_its_iteration(
   x, labels = _noise_images()
   config = _SIXTY_IMAGES.replace(cluster1_iterations=1,
                                  cluster2_iterations=2, vote_rounds=1,
-                                 neighbour_shift=0, vote_latent_from=1)
-  model, _ = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
-  raw = train.data.neighbour_table(x, k=4)
+                                 vote_latent_from=1)
+  model, _ = _run(config, x, labels, tmp_path)
+  raw = neighbours.neighbour_table(x, k=4, shift=neighbours.VOTE_SHIFT)
   # Stage I: before and after its iteration; stage II: 3 assignment steps.
   assert [table.shape[1] for _, table, _ in votes] == [4, 4, 4, 8, 8]
   for _, table, _ in votes:
@@ -605,7 +606,7 @@ def test_the_latent_vote_joins_stage_two_from_its_iteration(
   z = model.embed(x)
   np.testing.assert_array_equal(
       votes[-1][1][:, 4:],
-      train.data.neighbour_table(np.reshape(z, (len(x), 1, 1, -1)), k=4))
+      neighbours.neighbour_table(np.reshape(z, (len(x), 1, 1, -1)), k=4))
   assert not (votes[-2][1][:, 4:] == votes[-1][1][:, 4:]).all()
 
 
@@ -614,49 +615,49 @@ def test_vote_latent_from_must_not_be_negative():
     configs.TINY.replace(vote_latent_from=-1)
 
 
-@pytest.mark.parametrize("refresh", [False, True])
-def test_balanced_from_trains_stage_two_on_equal_sizes(
-    tmp_path, monkeypatch, refresh):
-  # From stage-II iteration 1 on, S is equal-size k-means from the current
-  # centroids, in place of nearest centroid or a refreshed partition; stage
-  # I's held partition and stage II's first S are left as they are.
-  partitions, trained_on, model, result, x, labels = _run_both_stages(
+def test_balanced_stage_two_trains_on_equal_sizes(tmp_path, monkeypatch):
+  # Stage II starts from a new partition (here spectral) and from its
+  # iteration 1 on S is equal-size k-means from the current centroids;
+  # stage I's partitions are left as they are.
+  seen, trained_on, model, result, x, labels = _run_both_stages(
       tmp_path, monkeypatch, cluster2_iterations=3, cluster_tolerance=0,
-      cluster2_refresh=refresh, balanced_from=1)
+      cluster2_assignment="balanced")
   assert len(trained_on) == 5  # pre-training, stage I, three stage-II fits
-  np.testing.assert_array_equal(trained_on[1], partitions[0])
-  if refresh:  # stage II's restart, then no more spectral partitions
-    assert len(partitions) == 2
-    np.testing.assert_array_equal(trained_on[2], partitions[1])
-  else:
-    assert len(partitions) == 1
-  for fit in trained_on[3:]:  # at most 60 / 4 per cluster
-    assert np.bincount(fit, minlength=4).max() == 15
+  np.testing.assert_array_equal(trained_on[1], seen[0])
+  # Stage I's start and last S, stage II's start; then no more.
+  assert len(seen) == 3
+  np.testing.assert_array_equal(trained_on[2], seen[2])
+  for fit in trained_on[3:]:  # 60 / 4 in every cluster
+    assert np.bincount(fit, minlength=4).tolist() == [15] * 4
   # The phase scores the model's own nearest-centroid clustering,
   # "balanced_partition" the last S.
   stage = result["phases"]["cluster2"]
+  assert len(stage["history"]) == 4
   predicted = losses.assign_clusters(model.embed(x), model.centroids).numpy()
   assert stage["acc"] == pytest.approx(
-      train.metrics.cluster_accuracy(labels, predicted))
+      metrics.cluster_accuracy(labels, predicted))
   assert stage["balanced_partition"]["acc"] == stage["history"][-1]["acc"]
 
 
-def test_balanced_from_leaves_stage_one_as_it_is(make_blobs, tmp_path):
+def test_balanced_stage_two_leaves_stage_one_as_it_is(make_blobs, tmp_path):
   # A k-means start (no held partition): stage I keeps nearest-centroid S
   # and reports no partition of its own; stage II's S are equal-size.
   x, labels = make_blobs(n=60)
   config = _SIXTY_IMAGES.replace(
       cluster_init="kmeans", vote_rounds=0, cluster1_iterations=1,
-      cluster2_iterations=1, balanced_from=0)
-  _, result = train.run_phases(config, x, labels, str(tmp_path), verbose=0)
+      cluster2_iterations=1, cluster2_assignment="balanced")
+  _, result = _run(config, x, labels, tmp_path)
   assert set(result["phases"]["cluster1"]).isdisjoint(
       {"balanced_partition", "held_partition", "voted_partition"})
   assert "balanced_partition" in result["phases"]["cluster2"]
 
 
-def test_balanced_from_must_fit_the_exact_solver(monkeypatch):
-  monkeypatch.setattr(train.metrics, "MAX_BALANCED_POINTS", 300)
-  config = configs.TINY.replace(balanced_from=0)
-  with pytest.raises(ValueError, match="balanced_from works on up to 300"):
+def test_balanced_stage_two_must_fit_the_exact_solver(monkeypatch):
+  monkeypatch.setattr(partitions, "MAX_BALANCED_POINTS", 300)
+  config = configs.TINY.replace(cluster2_assignment="balanced")
+  with pytest.raises(ValueError, match="cluster2_assignment='balanced' "
+                     "works on up to 300"):
     train.check_config_for_data(config, 301)
   train.check_config_for_data(config, 300)
+  train.check_config_for_data(config.replace(cluster2_assignment="refresh"),
+                              301)

@@ -1,4 +1,5 @@
-"""The Keras model: a pre-training step lowers the loss; save/reload."""
+"""The Keras model: each phase's step logs the loss functions' terms, a
+pre-training step lowers the loss; save/reload."""
 
 import json
 import warnings
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from ddlsc_tf import anchors as anchors_lib
 from ddlsc_tf import augment as augment_lib
 from ddlsc_tf import configs
+from ddlsc_tf import evaluation
 from ddlsc_tf import losses
 from ddlsc_tf import train
 
@@ -26,28 +29,30 @@ def _objective(model, x, config):
   # Batch norm recalibrated on x first: the objective of the network
   # itself, not of moving averages that 30 steps move by a quarter.
   model.recalibrate_batch_norm(x, batch_size=len(x), seed=0)
-  anchors = losses.anchor_mask(tf.constant(x), k=config.knn_k,
-                               anchor_fraction=config.anchor_fraction,
-                               selection=config.anchor_selection)
+  anchors = anchors_lib.anchor_mask(tf.constant(x), k=config.knn_k,
+                                    anchor_fraction=config.anchor_fraction,
+                                    selection=config.anchor_selection)
   z, x_hat = model(x, training=False)
   total, _, _ = losses.pretrain_loss(
       x=tf.constant(x), z=z, x_hat=x_hat, anchors=anchors,
-      alpha=config.alpha, lambda_r=config.lambda_r,
-      power=config.nonanchor_power, anchor_power=config.anchor_power)
+      alpha=model.pretrain.alpha, lambda_r=config.lambda_r,
+      anchor_power=config.anchor_power)
   return float(total)
 
 
 def test_parameter_count_is_about_paper_size():
   model = train.build_model(configs.MNIST, (28, 28, 1))
   assert model.latent_dim == 60
-  assert 2_800 <= model.autoencoder_params <= 3_600
+  assert model.autoencoder_params == 3_348
 
 
 def test_anchor_pull_of_the_presets_reaches_the_model():
   # MNIST's and COIL-100's (1 − C)² anchor pull (ours); COIL-20 and own
   # images keep eq. 5's.
-  assert train.build_model(configs.MNIST, (28, 28, 1)).anchor_power == 2.0
-  assert train.build_model(configs.COIL20, (32, 32, 1)).anchor_power == 1.0
+  assert train.build_model(configs.MNIST,
+                           (28, 28, 1)).pretrain.anchor_power == 2.0
+  assert train.build_model(configs.COIL20,
+                           (32, 32, 1)).pretrain.anchor_power == 1.0
   assert configs.COIL100.anchor_power == 2.0
   assert configs.get_preset("folder:x").anchor_power == 1.0
   assert configs.for_images((32, 32, 3), num_clusters=3,
@@ -179,28 +184,28 @@ def test_embed_averages_unit_latents_over_the_same_copies_each_call(
     model.embed(x, copies=1)
 
 
-def test_each_phase_embeds_as_embed_copies_phases_says(make_blobs):
+def test_only_pretraining_scores_embed_copies(make_blobs):
   x, labels = make_blobs()
   model, config = _model()
-  config = config.replace(embed_copies=2, embed_copies_phases=("pretrain",))
+  config = config.replace(embed_copies=2, seed=1)
   plain = model.embed(x)
   averaged = model.embed(x, copies=2, seed=config.seed)
+  assert not np.allclose(averaged, plain)
   np.testing.assert_array_equal(
-      train.embed(model, x, config, phase="pretrain"), averaged)
+      evaluation.embed(model, x, config, phase="pretrain"), averaged)
   for phase in ("cluster1", "cluster2"):
     np.testing.assert_array_equal(
-        train.embed(model, x, config, phase=phase), plain)
+        evaluation.embed(model, x, config, phase=phase), plain)
   # Pre-training's evaluation scores the averaged latent and, beside it,
   # the plain one: the scores an evaluation without copies gives.
-  scores = train.evaluate(model, x, labels, config)
-  without = train.evaluate(model, x, labels, config.replace(embed_copies=0))
+  scores = evaluation.evaluate(model, x, labels, config)
+  without = evaluation.evaluate(model, x, labels,
+                                config.replace(embed_copies=0))
   assert set(without) == {"acc", "nmi", "ari"}
+  assert set(scores) == {"acc", "nmi", "ari",
+                         "plain_acc", "plain_nmi", "plain_ari"}
   for k in ("acc", "nmi", "ari"):
     assert scores[f"plain_{k}"] == without[k]
-  assert train.evaluate(model, x, labels, config.replace(
-      embed_copies_phases=("cluster1",))) == without
-  with pytest.raises(ValueError, match="embed_copies_phases \\['stage1'\\]"):
-    config.replace(embed_copies_phases=("stage1",))
 
 
 def test_config_needs_augment_for_embed_copies():
@@ -215,51 +220,32 @@ def test_a_saved_config_reads_back_as_the_same_config():
     saved = json.loads(json.dumps(preset.to_dict()))
     assert configs.from_saved(saved) == preset
   saved = json.loads(json.dumps(configs.MNIST.to_dict()))
-  del saved["embed_copies"], saved["embed_copies_phases"]  # saved before
-  # the fields: it embedded the plain latent, the defaults, not the preset.
-  defaults = configs.field_defaults()
-  assert configs.from_saved(saved) == configs.MNIST.replace(
-      embed_copies=0, embed_copies_phases=defaults["embed_copies_phases"])
+  del saved["embed_copies"]  # saved before the field: it embedded the
+  # plain latent, the default, not the preset's copies.
+  assert configs.from_saved(saved) == configs.MNIST.replace(embed_copies=0)
   with pytest.raises(ValueError, match="unknown fields \\['colour'\\]"):
     configs.from_saved({**saved, "colour": 1})
 
 
-@pytest.mark.parametrize("field, value, bad, error", [
-    ("knn_features", "smoothed", "l2",
-     "knn_features must be one of 'raw', 'smoothed', 'deskewed', got 'l2'"),
-    ("nonanchor_power", 1.5, 0.5, "nonanchor_power must be >= 1, got 0.5"),
-    ("anchor_power", 2.0, 0.5, "anchor_power must be >= 1, got 0.5"),
-])
-def test_option_trains_round_trips_and_rejects_bad_values(
-    tmp_path, make_blobs, field, value, bad, error):
+def test_anchor_power_trains_round_trips_and_rejects_bad_values(
+    tmp_path, make_blobs):
   x, labels = make_blobs()
   keras.utils.set_random_seed(0)
-  config = configs.TINY.replace(knn_k=3, **{field: value})
+  config = configs.TINY.replace(knn_k=3, anchor_power=1.5)
   model = train.build_model(config, (28, 28, 1))
-  assert getattr(model, field) == value
+  assert model.pretrain.anchor_power == 1.5
   model.compile(optimizer=keras.optimizers.Adam(1e-2))
   history = model.fit(x, labels, batch_size=len(x), epochs=2, verbose=0)
   assert np.isfinite(history.history["pretrain/loss"]).all()
   model.save(tmp_path / "model.keras")
-  assert getattr(keras.models.load_model(tmp_path / "model.keras"),
-                 field) == value
-  with pytest.raises(ValueError, match=error):
-    configs.MNIST.replace(**{field: bad})
-
-
-def test_a_model_saved_with_session_36s_penalty_name_loads():
-  model = train.build_model(configs.TINY, (28, 28, 1))
-  config = model.get_config()
-  del config["nonanchor_power"]
-  config["nonanchor_penalty"] = "square"
-  assert type(model).from_config(config).nonanchor_power == 2.0
+  reloaded = keras.models.load_model(tmp_path / "model.keras")
+  assert reloaded.pretrain == model.pretrain
+  assert reloaded.pretrain.anchor_power == 1.5
+  with pytest.raises(ValueError, match="anchor_power must be >= 1, got 0.5"):
+    configs.MNIST.replace(anchor_power=0.5)
 
 
 def test_config_rejects_out_of_range_values():
-  with pytest.raises(ValueError, match="neighbour_shift must be >= 0"):
-    configs.MNIST.replace(neighbour_shift=-1)
-  with pytest.raises(ValueError, match="alpha must be in \\[0, 1\\), got 1.0"):
-    configs.MNIST.replace(alpha=1.0)
   with pytest.raises(ValueError, match="anchor_fraction .* got 0.0"):
     configs.MNIST.replace(anchor_fraction=0.0)
   with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
@@ -308,60 +294,6 @@ def test_recalibration_averages_batches_and_is_seeded(make_blobs):
     model.recalibrate_batch_norm(x[:0], batch_size=20)
 
 
-def test_a_model_saved_before_the_upsampled_conv_still_loads(tmp_path,
-                                                             make_blobs):
-  """A .keras file whose config has no "upsampled_conv" (saved before the
-  decoder's UpsampledConv2D) reloads in its Resizing + Conv2D layout, with
-  its weights, and computes what the new layout computes with them."""
-  import json  # pylint: disable=import-outside-toplevel
-  import zipfile  # pylint: disable=import-outside-toplevel
-  x, labels = make_blobs()
-  keras.utils.set_random_seed(0)
-  config = configs.TINY.replace(knn_k=3)
-  old = train.build_model(config, (28, 28, 1), upsampled_conv=False)
-  old.compile(optimizer=keras.optimizers.Adam(1e-2))
-  old.fit(x, labels, batch_size=32, epochs=1, verbose=0)
-  assert "upsample1" in [l.name for l in old.decoder.layers]
-  saved = tmp_path / "saved.keras"
-  old.save(saved)
-  # The same file as a version before the key wrote it.
-  legacy = tmp_path / "legacy.keras"
-  with zipfile.ZipFile(saved) as src, zipfile.ZipFile(legacy, "w") as dst:
-    for item in src.infolist():
-      data = src.read(item.filename)
-      if item.filename == "config.json":
-        file_config = json.loads(data)
-        del file_config["config"]["upsampled_conv"]
-        data = json.dumps(file_config).encode()
-      dst.writestr(item, data)
-  reloaded = keras.models.load_model(legacy)
-  assert not reloaded.upsampled_conv
-  np.testing.assert_array_equal(reloaded.embed(x), old.embed(x))
-  np.testing.assert_array_equal(reloaded(x)[1], old(x)[1])
-  # The new layout has the same variables: with the old weights it decodes
-  # the same images to round-off.
-  new = train.build_model(config, (28, 28, 1))
-  new.set_weights(old.get_weights())
-  np.testing.assert_allclose(new(x)[1], old(x)[1], rtol=1e-5, atol=1e-5)
-  assert keras.models.load_model(saved).upsampled_conv is False
-
-
-def test_the_model_extends_its_anchors_when_asked(make_blobs):
-  x, _ = make_blobs()
-  config = configs.TINY.replace(knn_k=3, anchor_hops=2)
-  model = train.build_model(config, (28, 28, 1))
-  x = tf.constant(x[:16])
-  # pylint: disable=protected-access
-  anchors, _ = model._anchors(x)
-  plain = losses.anchor_mask(x, k=3, anchor_fraction=config.anchor_fraction,
-                             selection=config.anchor_selection)
-  np.testing.assert_array_equal(anchors,
-                                losses.extend_anchors(plain, hops=2))
-  assert type(model).from_config(model.get_config()).anchor_hops == 2
-  with pytest.raises(ValueError, match="anchor_hops"):
-    config.replace(anchor_hops=0)
-
-
 def test_a_pretrain_step_pulls_the_pairs_of_each_anchor_group(make_blobs):
   x, labels = make_blobs()
   x, labels = x[:24], labels[:24]
@@ -373,39 +305,36 @@ def test_a_pretrain_step_pulls_the_pairs_of_each_anchor_group(make_blobs):
     model = train.build_model(config, (28, 28, 1))
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
     # pylint: disable=protected-access
-    anchors, _ = model._anchors(tf.constant(x), *(
+    anchors = model._anchors(tf.constant(x), *(
         [tf.constant(groups)] if name == "groups" else []))
     z, _ = model(x, training=True)  # the step's forward, before its update
     want = losses.discriminative_loss(z=z, anchors=anchors,
-                                      alpha=config.alpha,
+                                      alpha=model.pretrain.alpha,
                                       anchor_power=config.anchor_power)
     ds = tf.data.Dataset.from_tensors(tuple(tf.constant(t) for t in batch))
     logs = model.fit(ds, epochs=1, verbose=0).history
     l_d[name] = logs["pretrain/l_d"][0]
     np.testing.assert_allclose(l_d[name], float(want), rtol=1e-5)
-  plain = losses.anchor_mask(tf.constant(x), k=3,
-                             anchor_fraction=config.anchor_fraction,
-                             selection=config.anchor_selection)
-  assert (losses.group_anchors(plain, tf.constant(groups)).numpy().sum()
+  plain = anchors_lib.anchor_mask(tf.constant(x), k=3,
+                                  anchor_fraction=config.anchor_fraction,
+                                  selection=config.anchor_selection)
+  assert (anchors_lib.group_anchors(plain, tf.constant(groups)).numpy().sum()
           > plain.numpy().sum())
   assert l_d["groups"] != l_d["plain"]
 
 
-@pytest.mark.parametrize("push, loss", [
-    ("pairs", losses.between_group_loss),
-    ("means", losses.group_mean_push_loss)])
-def test_a_pretrain_step_adds_lambda_g_times_the_between_group_loss(
-    make_blobs, push, loss):
+def test_a_pretrain_step_adds_lambda_g_times_the_group_mean_push(
+    make_blobs):
   x, labels = make_blobs()
   x, labels = x[:24], labels[:24]
   groups = (np.arange(24) // 6).astype(np.int32)
   config = configs.TINY.replace(knn_k=3, augment=(), anchor_groups=True,
-                                lambda_g=0.5, group_push=push)
+                                lambda_g=0.5)
   keras.utils.set_random_seed(0)
   model = train.build_model(config, (28, 28, 1))
   model.compile(optimizer=keras.optimizers.Adam(1e-3))
   z, _ = model(x, training=True)  # the step's forward, before its update
-  want = loss(z=z, groups=tf.constant(groups))
+  want = losses.group_mean_push_loss(z=z, groups=tf.constant(groups))
   ds = tf.data.Dataset.from_tensors(
       (tf.constant(x), tf.constant(labels), tf.constant(groups)))
   logs = model.fit(ds, epochs=1, verbose=0).history
@@ -414,9 +343,98 @@ def test_a_pretrain_step_adds_lambda_g_times_the_between_group_loss(
       logs["pretrain/loss"][0],
       logs["pretrain/l_d"][0] + config.lambda_r * logs["pretrain/l_r"][0]
       + 0.5 * logs["pretrain/l_g"][0], rtol=1e-5)
-  assert model.get_config()["lambda_g"] == 0.5
-  assert model.get_config()["group_push"] == push
+  assert model.get_config()["pretrain"]["lambda_g"] == 0.5
   with pytest.raises(ValueError, match="lambda_g=0.5 needs the batches'"):
     model.fit(tf.data.Dataset.from_tensors((tf.constant(x),
                                             tf.constant(labels))),
               epochs=1, verbose=0)
+
+
+def _expected_step_logs(model, config, phase, x, extra):
+  """What one train step of `phase` on the batch (x, labels, extra) logs,
+  from the loss functions on the model's current weights: the batch's
+  anchors, the copies the step draws (seed, optimizer step) when the model
+  augments, the training-mode forward pass."""
+  p = model.pretrain
+  anchors = anchors_lib.anchor_mask(x, k=config.knn_k,
+                                    anchor_fraction=config.anchor_fraction,
+                                    selection=config.anchor_selection)
+  if phase == "pretrain" and extra is not None:
+    anchors = anchors_lib.group_anchors(anchors, extra)
+  stacked = x
+  if config.augment:
+    copies = augment_lib.random_affine(
+        x, affine=augment_lib.Affine(*config.augment),
+        seed=tf.constant([config.seed, int(model.optimizer.iterations)],
+                         tf.int32))
+    stacked = tf.concat([x, copies], axis=0)
+    anchors = anchors_lib.with_copy_anchors(anchors)
+    extra = None if extra is None else tf.concat([extra, extra], axis=0)
+  z = model.encoder(stacked, training=True)
+  x_hat = model.decoder(z[:len(x)], training=True)  # the images only
+  if phase == "pretrain":
+    total, l_d, l_r = losses.pretrain_loss(
+        x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=p.alpha,
+        lambda_r=config.lambda_r, anchor_power=config.anchor_power)
+    terms = {"loss": total, "l_d": l_d, "l_r": l_r}
+    if config.lambda_g:
+      terms["l_g"] = losses.group_mean_push_loss(z=z, groups=extra)
+      terms["loss"] = total + config.lambda_g * terms["l_g"]
+  elif phase == "cluster1":
+    total, l_c, l_d, l_r = losses.stage1_loss(
+        x=x, z=z, x_hat=x_hat, centroids=model.centroids, assignments=extra,
+        anchors=anchors, alpha=p.alpha, lambda_d=float(model.lambda_d),
+        lambda_r=config.lambda_r, softmax_scale=config.softmax_scale,
+        anchor_power=config.anchor_power)
+    terms = {"loss": total, "l_c": l_c, "l_d": l_d, "l_r": l_r}
+  else:
+    total, l_c, l_w, l_b, l_r = losses.stage2_loss(
+        x=x, z=z, x_hat=x_hat, centroids=model.centroids, assignments=extra,
+        num_clusters=config.num_clusters, lambda_w=config.lambda_w,
+        lambda_b=config.lambda_b, lambda_r=config.lambda_r,
+        softmax_scale=config.cluster2_softmax_scale)
+    terms = {"loss": total, "l_c": l_c, "l_w": l_w, "l_b": l_b, "l_r": l_r}
+  return {f"{phase}/{k}": float(v) for k, v in terms.items()}
+
+
+@pytest.mark.parametrize("augment", [(), configs.COPIES],
+                         ids=["images", "copies"])
+@pytest.mark.parametrize("phase, groups", [
+    ("pretrain", False), ("pretrain", True), ("cluster1", False),
+    ("cluster2", False)])
+def test_a_step_logs_the_terms_of_its_phase_loss(make_blobs, phase, groups,
+                                                 augment):
+  x, labels = make_blobs(n=24)
+  x = tf.constant(x)
+  # Every weight of eq. 8 and 11 nonzero, each stage its own softmax scale.
+  config = configs.TINY.replace(
+      knn_k=3, num_clusters=4, augment=augment, seed=3, anchor_groups=groups,
+      lambda_g=0.5 if groups else 0.0, lambda_d=3.0, lambda_w=0.3,
+      lambda_b=1.0, softmax_scale=10.0, cluster2_softmax_scale=30.0)
+  keras.utils.set_random_seed(0)
+  model = train.build_model(config, (28, 28, 1))
+  assert model.pretrain.alpha == 0.1  # α of eq. 3
+  if phase == "pretrain":
+    extra = tf.constant(np.arange(24) // 6, tf.int32) if groups else None
+  else:
+    extra = tf.constant(np.arange(24) % 4, tf.int32)  # S: every cluster
+    # μ: each cluster's mean direction, so L_c is well away from 0.
+    model.centroids.assign(losses.update_centroids(
+        model.encoder(x, training=True), extra, tf.eye(4, 60)))
+  model.lambda_d.assign(2.0)  # the schedule's value, not the config's start
+  model.phase = phase
+  train.compile_model(model)
+  model.optimizer.iterations.assign(5)  # the copies follow the step count
+  want = _expected_step_logs(model, config, phase, x, extra)
+  before = [v.numpy() for v in model.trainable_variables]
+  batch = (x, tf.constant(labels)) + (() if extra is None else (extra,))
+  # Traced as `fit` traces it: Keras runs the step without AutoGraph.
+  logs = tf.function(model.train_step, autograph=False)(batch)
+  assert sorted(logs) == sorted(want)
+  for key, value in want.items():
+    np.testing.assert_allclose(float(logs[key]), value, rtol=1e-5,
+                               err_msg=key)
+  # The logged values are the step's, taken before it updated θ.
+  assert int(model.optimizer.iterations) == 6
+  assert any(not np.array_equal(a, b.numpy())
+             for a, b in zip(before, model.trainable_variables, strict=True))
