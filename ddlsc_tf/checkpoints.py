@@ -21,6 +21,8 @@ import zipfile
 import keras
 import numpy as np
 
+_TEMP_PREFIX = ".ddlsc-tmp-"  # what remove_temp_files removes
+
 
 def check_output_path(path, name="output"):
   """Raises unless `path` can be written: its folder exists and it is not
@@ -30,6 +32,7 @@ def check_output_path(path, name="output"):
     ValueError: `path` is empty or ends in a path separator.
     FileNotFoundError: the folder `path` would go in does not exist.
     IsADirectoryError: `path` is a folder.
+    PermissionError: the folder is not writable.
   """
   path = os.fspath(path)
   if not path:
@@ -45,6 +48,13 @@ def check_output_path(path, name="output"):
   if os.path.isdir(path):
     raise IsADirectoryError(
         f"{name} {path} is a folder; give a file name to write.")
+  try:  # a trial write: permissions, a read-only mount, a full disk
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=_TEMP_PREFIX):
+      pass
+  except OSError as e:
+    raise PermissionError(
+        f"{name} {path}: its folder {folder} is not writable ({e.strerror})"
+        f"; write elsewhere.") from None
 
 
 def check_keras_file(path, name="model"):
@@ -80,7 +90,7 @@ def write_atomic(path, write, suffix):
   """Calls write(tmp) on a temp file beside `path`, then renames it there."""
   check_output_path(path)
   folder = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ddlsc-tmp-", suffix=suffix)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX, suffix=suffix)
   os.close(fd)
   try:
     write(tmp)
@@ -97,7 +107,7 @@ def write_atomic(path, write, suffix):
 def remove_temp_files(folder):
   """Deletes what a killed writer left: temp files and folders of `_atomic`
   and `export_atomic` (never a finished file)."""
-  for pattern in (".ddlsc-tmp-*", ".ddlsc-old-export-*"):
+  for pattern in (_TEMP_PREFIX + "*", ".ddlsc-old-export-*"):
     for path in glob.glob(os.path.join(folder, pattern)):
       if os.path.isdir(path):
         shutil.rmtree(path, ignore_errors=True)

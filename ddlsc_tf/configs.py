@@ -294,14 +294,22 @@ def for_images(image_shape, *, num_clusters, num_examples, **overrides):
       dataset="array", num_clusters=num_clusters, anchor_selection="rank",
       batch_neighbours=3, paddings=("same", "same", "same"),
       encoder_filters=(8, 8, max(15, -(-60 // ((h // 8) * (w // 8))))))
-  batch = overrides.get("batch_size",
-                        min(base.batch_size, max(num_examples // 4, 2)))
-  knn_k = overrides.get("knn_k", min(base.knn_k, batch - 1))
-  grouped = num_examples >= 10 * batch
   changes = dict(dataset="array", num_clusters=num_clusters,
-                 batch_size=batch, knn_k=knn_k,
-                 batch_neighbours=(min(base.batch_neighbours, knn_k - 1)
-                                   if grouped else 0),
                  recalibrate_batch_norm=True)  # any number of steps
-  changes.update(overrides)
-  return base.replace(**changes)
+  return sized_to_data(base, num_examples, **changes, **overrides)
+
+
+def sized_to_data(config, num_examples, **fixed):
+  """`config` with the fields `fixed` and, unless fixed, a batch of at most
+  a quarter of the data (so every epoch has several), k below the batch,
+  and neighbour-grouped batches only when the batch is at most a tenth of
+  the data (ours)."""
+  batch = fixed.get("batch_size",
+                    min(config.batch_size, max(num_examples // 4, 2)))
+  knn_k = fixed.get("knn_k", min(config.knn_k, batch - 1))
+  grouped = num_examples >= 10 * batch
+  neighbours = fixed.get("batch_neighbours",
+                         min(config.batch_neighbours, knn_k - 1)
+                         if grouped else 0)
+  return config.replace(**{**fixed, "batch_size": batch, "knn_k": knn_k,
+                           "batch_neighbours": neighbours})

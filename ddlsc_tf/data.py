@@ -7,9 +7,12 @@ down-sampled from 128x128 to 32x32 as in section 4.3. Labels travel with the
 batches but are used only for evaluation.
 """
 
+import glob
 import gzip
 import hashlib
 import os
+import socket
+import threading
 import zipfile
 from typing import NamedTuple, Optional, Tuple
 
@@ -78,6 +81,50 @@ MANUAL_FILES = {
                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
               "http://yann.lecun.com/exdb/mnist/ (or a mirror)"),
 }
+
+
+# Where TFDS downloads a dataset from when no manual_dir is given.
+DOWNLOAD_HOSTS = {"mnist": "storage.googleapis.com",
+                  "coil100": "www.cs.columbia.edu"}
+
+
+def network_reachable(host, timeout=3.0):
+  """Whether a TCP connection to host:443 opens within about `timeout`
+  seconds, name lookup included (TFDS would retry for minutes)."""
+  reached = []
+
+  def probe():
+    try:
+      socket.create_connection((host, 443), timeout=timeout).close()
+      reached.append(True)
+    except OSError:
+      reached.append(False)
+
+  thread = threading.Thread(target=probe, daemon=True)
+  thread.start()
+  thread.join(timeout + 1.0)
+  return bool(reached and reached[0])
+
+
+def _check_download(dataset, data_dir):
+  """Raises ConnectionError, naming --manual_dir, when `dataset` would be
+  downloaded and its host cannot be reached."""
+  host = DOWNLOAD_HOSTS.get(dataset)
+  if host is not None and not network_reachable(host):
+    files = ", ".join(MANUAL_FILES.get(dataset, ((_spec(dataset).archive,),
+                                                 None))[0])
+    raise ConnectionError(
+        f"{dataset} is not prepared in {data_dir or '~/tensorflow_datasets'}"
+        f" and cannot be downloaded: {host} is unreachable (no network?). "
+        f"Pass manual_dir (--manual_dir=FOLDER) with {files} in it (see "
+        f"README, 'Data offline').")
+
+
+def _temp_downloads(builder):
+  """The partial downloads TFDS leaves in the data folder (*.tmp.*)."""
+  return set(glob.glob(os.path.join(os.fspath(builder.data_dir_root),
+                                    "downloads", "**", "*.tmp.*"),
+                       recursive=True))
 
 
 def _check_manual_files(dataset, manual_dir):
@@ -208,6 +255,11 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
       _check_manual_archive(builder, spec.archive, manual_dir)
     elif manual_dir is not None:
       _check_manual_files(dataset, manual_dir)
+    downloads = manual_dir is None or (spec.manual_builder is not None
+                                       and builder.name == spec.builder)
+    if downloads:
+      _check_download(dataset, data_dir)  # before TFDS's minutes of retries
+    before = _temp_downloads(builder)
     try:
       builder.download_and_prepare(
           download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
@@ -224,6 +276,10 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
       builder = tfds.builder(builder.name, data_dir=data_dir)
       if not builder.is_prepared():
         raise
+    finally:
+      for path in _temp_downloads(builder) - before:  # a failed download's
+        if os.path.isfile(path):
+          os.remove(path)
   ds = builder.as_dataset(split=spec.split)
   if max_examples is not None:
     ds = ds.take(max_examples)

@@ -14,13 +14,18 @@ two or more sub-folders down (PATH/cat/small/001.png) fits neither layout and
 is refused by name rather than left out.
 """
 
+import io
 import os
 import pathlib
 import re
 from typing import NamedTuple, Optional
 
+from absl import logging
 import numpy as np
+import PIL.Image
 import tensorflow as tf
+
+from ddlsc_tf import validation
 
 EXTENSIONS = (".png", ".jpg", ".jpeg")  # matched in any case
 
@@ -66,6 +71,8 @@ def load_images_from_path(path, *, image_size=None, channels=None,
   _check_options(image_size, channels, max_examples)
   images = load_array(path)
   images = images[_evenly_spaced(len(images), max_examples)]
+  if image_size is not None and _upscaled(images.shape[1:], image_size):
+    _warn_upscaled([str(i) for i in range(len(images))], path, image_size)
   images = _convert(tf.constant(images),
                     channels=_default_channels([images.shape[-1]], channels),
                     image_size=image_size)
@@ -78,8 +85,10 @@ def load_image_folder(path, *, image_size=None, channels=None,
                       max_examples=None):
   """Loads every .png/.jpg/.jpeg image of a folder into memory.
 
-  Without `image_size` all images must share one size. An alpha channel is
-  dropped (not blended).
+  Without `image_size` all images must share one size. Images are turned
+  upright by their EXIF orientation; an alpha channel is composited by
+  `validation.composite_alpha`. A folder with a single sub-folder holds
+  unlabelled images (a warning says so), not one class.
 
   Args:
     path: the folder, laid out as in the module docstring.
@@ -105,7 +114,7 @@ def load_image_folder(path, *, image_size=None, channels=None,
   file_names = [file_names[i] for i in keep]
   labels = None if labels is None else labels[keep]
 
-  decoded = []
+  decoded, upscaled = [], []
   for name in file_names:
     image = _decode(root / name)
     if (image_size is None and decoded
@@ -114,7 +123,10 @@ def load_image_folder(path, *, image_size=None, channels=None,
           f"images differ in size: {root / file_names[0]} is "
           f"{_size(decoded[0])} but {root / name} is {_size(image)} (height x "
           f"width); pass image_size=(height, width) to resize them all.")
+    if image_size is not None and _upscaled(image.shape, image_size):
+      upscaled.append(name)
     decoded.append(_convert(image, channels=None, image_size=image_size))
+  _warn_upscaled(upscaled, root, image_size)
   channels = _default_channels([image.shape[-1] for image in decoded],
                                channels)
   images = np.stack([
@@ -128,11 +140,12 @@ def load_array(path):
   """Loads images saved with `np.save`, scaled to [0, 1].
 
   Args:
-    path: a .npy file of [N, H, W] or [N, H, W, C] images, C in (1, 3):
-      uint8 in 0-255 (divided by 255) or float in [0, 1] (kept).
+    path: a .npy file of [N, H, W] or [N, H, W, C] images, C in 1-4 (an
+      alpha channel composited as files' are): uint8 in 0-255 (divided by
+      255) or float in [0, 1] (kept).
 
   Returns:
-    [N, H, W, C] float32 in [0, 1] (C = 1 for [N, H, W] input).
+    [N, H, W, C] float32 in [0, 1], C in (1, 3) (1 for [N, H, W] input).
   """
   path = os.fspath(path)
   if not os.path.exists(path):
@@ -150,10 +163,11 @@ def load_array(path):
   except (ValueError, OSError) as e:
     raise ValueError(f"cannot read {path} as a .npy array: {e}") from None
   if (images.ndim not in (3, 4) or not images.size
-      or images.ndim == 4 and images.shape[-1] not in (1, 3)):
+      or images.ndim == 4 and images.shape[-1] not in (1, 2, 3, 4)):
     raise ValueError(
         f"{path} holds an array of shape {images.shape}; expected images "
-        f"[N, H, W] or [N, H, W, C] with N, H, W > 0 and C in (1, 3).")
+        f"[N, H, W] or [N, H, W, C] with N, H, W > 0 and C in 1-4 (gray or "
+        f"RGB, each with an optional alpha).")
   if images.dtype == np.uint8:
     images = images.astype(np.float32) / 255.0
   elif np.issubdtype(images.dtype, np.floating):
@@ -162,7 +176,8 @@ def load_array(path):
   else:
     raise ValueError(f"{path} holds {images.dtype} values; expected uint8 "
                      f"(0-255) or float (0-1).")
-  return images[..., None] if images.ndim == 3 else images
+  return (images[..., None] if images.ndim == 3
+          else validation.composite_alpha(images))
 
 
 def _check_unit_range(path, images):
@@ -252,6 +267,11 @@ def _list_images(root):
         f"{root} (unlabelled).")
   if direct:
     return direct, None, None
+  if len(per_class) == 1:
+    only = next(iter(per_class))
+    logging.warning("%s holds its images in one sub-folder (%s/): read as "
+                    "unlabelled images, not as one class.", root, only)
+    return [f"{only}/{name}" for name in per_class[only]], None, None
   if not per_class:
     raise ValueError(f"no image files ({', '.join(EXTENSIONS)}, any case) in "
                      f"{root} or its sub-folders.")
@@ -269,16 +289,50 @@ def _evenly_spaced(n, max_examples):
 
 
 def _decode(file):
-  """[H, W, C] float32 in [0, 1], C in (1, 3): alpha dropped."""
+  """[H, W, C] float32 in [0, 1], C in (1, 3): turned upright as its EXIF
+  orientation says, an alpha channel composited
+  (`validation.composite_alpha`)."""
+  data = file.read_bytes()
   try:
-    image = tf.io.decode_image(file.read_bytes(), dtype=tf.float32,
-                               expand_animations=False)
+    image = tf.io.decode_image(data, dtype=tf.float32,
+                               expand_animations=False).numpy()
   except tf.errors.OpError as e:
     # Keep TF's reason ("Invalid PNG data"), not its op and device names.
     reason = re.sub(r"\{\{.*?\}\}\s*|\s*\[Op:\w+\]", "", e.message)
     raise ValueError(f"cannot decode image {file}: {reason}") from None
-  # 2 channels: gray + alpha, 4: RGB + alpha.
-  return image[..., :1] if image.shape[-1] in (1, 2) else image[..., :3]
+  return tf.constant(validation.composite_alpha(_upright(image, data)))
+
+
+# EXIF orientation → the turn that shows the image upright: (np.rot90's k,
+# counter-clockwise quarter turns; then a left-right mirror).
+_ORIENTATIONS = {2: (0, True), 3: (2, False), 4: (2, True), 5: (3, True),
+                 6: (3, False), 7: (1, True), 8: (1, False)}
+
+
+def _upright(image, data):
+  """`image` [H, W, C] turned as the EXIF orientation tag of the file's
+  bytes `data` says (phone cameras store turned pictures with a tag)."""
+  try:
+    with PIL.Image.open(io.BytesIO(data)) as opened:
+      orientation = opened.getexif().get(0x0112, 1)
+  except (OSError, SyntaxError, ValueError):
+    return image
+  turns, mirror = _ORIENTATIONS.get(orientation, (0, False))
+  image = np.rot90(image, k=turns)
+  return np.ascontiguousarray(image[:, ::-1] if mirror else image)
+
+
+def _upscaled(shape, image_size):
+  """Whether an image of `shape` [H, W, ...] is enlarged over 4x to fit."""
+  return shape[0] * 4 < image_size[0] or shape[1] * 4 < image_size[1]
+
+
+def _warn_upscaled(names, where, image_size):
+  if names:
+    logging.warning(
+        "%d image(s) of %s are enlarged more than 4x to %dx%d (first: %s): "
+        "they hold little to cluster by.", len(names), where, image_size[0],
+        image_size[1], names[0])
 
 
 def _size(image):

@@ -1,7 +1,8 @@
 """Clustering metrics: ACC (Hungarian matching), NMI and ARI.
 
 Labels are used here and only here: to report how well a clustering agrees
-with the ground truth, never to choose anything.
+with the ground truth, never to choose anything. A negative label marks an
+unlabelled image, which the scores leave out.
 """
 
 import numpy as np
@@ -18,7 +19,12 @@ def _check_labels(y_true, y_pred):
         f"{y_true.shape} and {y_pred.shape}.")
   if y_true.size == 0:
     raise ValueError("y_true and y_pred are empty.")
-  return y_true.astype(np.int64), y_pred.astype(np.int64)
+  labelled = y_true >= 0  # a negative label marks an unlabelled image
+  if not labelled.any():
+    raise ValueError("every y_true is negative (unlabelled): nothing to "
+                     "score.")
+  return (y_true[labelled].astype(np.int64),
+          y_pred[labelled].astype(np.int64))
 
 
 def cluster_accuracy(y_true, y_pred):

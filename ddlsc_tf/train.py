@@ -143,7 +143,8 @@ def _log_hparams(workdir, config):
 
 def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
                        init_from=None, verbose="auto", build=build_model,
-                       resume=False, overwrite=False, pictures=True):
+                       resume=False, overwrite=False, pictures=True,
+                       size_to_data=False, fixed=()):
   """Runs `config.phases` on the config's dataset into `workdir`.
 
   Args:
@@ -159,6 +160,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       config must be the same); starts afresh when there is none.
     overwrite: delete an earlier run's outputs in workdir first.
     pictures: draw each phase's t-SNE and confusion pictures.
+    size_to_data: size the batch to the data (`configs.sized_to_data`),
+      but for the fields named in `fixed` (the user's).
 
   Returns:
     The result dict written to DIR/result.json.
@@ -174,6 +177,9 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   # an earlier run in it) is touched.
   images, labels = data.load_for(config, data_dir=data_dir,
                                  manual_dir=manual_dir)
+  if size_to_data:
+    config = configs.sized_to_data(
+        config, len(images), **{k: getattr(config, k) for k in fixed})
   check_config_for_data(config, len(images))
   # A resumed run with a checkpoint starts from it, not from init_from.
   resumes = resume and os.path.exists(os.path.join(

@@ -60,8 +60,12 @@ def check_images(images, *, expected_shape=None, name="images"):
     raise ValueError(
         f"{name} have shape {tuple(array.shape[1:])} per image, but the "
         f"model takes {tuple(expected_shape)}; resize them first.")
+  if array.shape[-1] not in (1, 2, 3, 4):
+    raise ValueError(
+        f"{name} have {array.shape[-1]} channels per image; images have 1 "
+        f"(gray) or 3 (RGB), each with an optional alpha channel.")
   if array.dtype == np.uint8:
-    return array.astype(np.float32) / 255.0
+    return composite_alpha(array.astype(np.float32) / 255.0)
   dtype = array.dtype
   array = array.astype(np.float32, copy=False)
   finite = np.isfinite(array)
@@ -78,11 +82,42 @@ def check_images(images, *, expected_shape=None, name="images"):
     raise ValueError(
         f"{name} must be uint8 in 0-255 or float in [0, 1], got {dtype} "
         f"values in [{low:g}, {high:g}]; {fix}.")
-  return array
+  return composite_alpha(array)
+
+
+def composite_alpha(images):
+  """Gray+alpha or RGB+alpha images as gray or RGB, the same rule for
+  arrays and files: each image is composited over the background that
+  contrasts with its opaque pixels, black when they are light (mean >=
+  0.5), white when they are dark, so a light drawing on a transparent
+  background and a dark one drawn in alpha both keep their strokes.
+  Images without transparency keep their colours.
+
+  Args:
+    images: [N, H, W, C] or [H, W, C] float in [0, 1], C in 1-4.
+
+  Returns:
+    The same with C in (1, 3): 2 and 4 channels lose their alpha.
+  """
+  images = np.asarray(images, np.float32)
+  if images.shape[-1] not in (2, 4):
+    return images
+  single = images.ndim == 3
+  batch = images[np.newaxis] if single else images
+  colour, alpha = batch[..., :-1], batch[..., -1:]
+  axes = tuple(range(1, batch.ndim))
+  covered = np.maximum(alpha.sum(axis=axes), 1e-12)
+  opaque_mean = (colour.mean(axis=-1, keepdims=True) * alpha).sum(
+      axis=axes) / covered
+  background = np.where(opaque_mean >= 0.5, 0.0, 1.0).astype(np.float32)
+  background = background.reshape((-1,) + (1,) * (batch.ndim - 1))
+  out = colour * alpha + background * (1.0 - alpha)
+  return out[0] if single else out
 
 
 def check_labels(labels, num_examples, *, name="labels"):
-  """None, or [N] integer labels (used for scores only)."""
+  """None, or [N] integer labels (used for scores only). A negative label
+  marks an unlabelled image, left out of the scores; all negative: None."""
   if labels is None:
     return None
   labels = np.asarray(labels)
@@ -91,4 +126,6 @@ def check_labels(labels, num_examples, *, name="labels"):
                      f"the images, got {labels.shape}.")
   if not np.issubdtype(labels.dtype, np.integer):
     raise ValueError(f"{name} must be integers, got dtype {labels.dtype}.")
+  if labels.size and labels.max() < 0:
+    return None  # every image unlabelled: nothing to score
   return labels.astype(np.int64)

@@ -16,7 +16,7 @@ flags.DEFINE_bool("traceback", False,
 # What bad input raises: the message names the input and the fix.
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError,
                NotADirectoryError, IsADirectoryError, PermissionError,
-               workdir.WorkdirInUseError)
+               ConnectionError, workdir.WorkdirInUseError)
 
 
 def run(main):

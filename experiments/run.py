@@ -46,7 +46,11 @@ def main(argv):
   del argv
   config = resolve_config()
   logging.info("config: %s", config)
+  # A folder's batch fits its size unless the flags set it.
+  folder = FLAGS.dataset.startswith(configs.FOLDER_PREFIX)
   train.train_and_evaluate(config, FLAGS.workdir, data_dir=FLAGS.data_dir,
+                           size_to_data=folder,
+                           fixed=tuple(config_flags.changes()),
                            manual_dir=FLAGS.manual_dir,
                            init_from=FLAGS.init_from,
                            resume=FLAGS.resume, overwrite=FLAGS.overwrite,
