@@ -11,7 +11,16 @@ import keras
 import pytest
 import tensorflow as tf
 
+from ddlsc_tf import checkpoints
+from ddlsc_tf import cluster
+from ddlsc_tf import configs
+from ddlsc_tf import data
+from ddlsc_tf import evaluation
+from ddlsc_tf import losses
+from ddlsc_tf import metrics
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = configs.TINY
 
 
 def _run(workdir, data_dir, manual_dir, *extra):
@@ -36,12 +45,22 @@ def _check_scores(entry):
   assert -1.0 <= entry["ari"] <= 1.0
 
 
+def _epochs_per_iteration(config):
+  """Epochs on θ per outer iteration: at least EPOCHS_PER_ITERATION, and
+  enough for min_steps_per_iteration steps."""
+  steps = config.max_examples // config.batch_size
+  return max(cluster.EPOCHS_PER_ITERATION,
+             -(-config.min_steps_per_iteration // steps))
+
+
 def test_result_json_is_complete(smoke):
   workdir, result = smoke
   assert result["dataset"] == "mnist"
-  assert result["num_examples"] == 300
+  assert result["num_examples"] == TINY.max_examples == 300
   assert result["seed"] == 0
-  assert 2_800 <= result["params"] <= 3_600
+  # The paper's MNIST network: 3x3 convs of 8, 8, 15 filters (section 4).
+  assert result["params"] == 3_348
+  assert result["latent_dim"] == 60  # d = 2x2x15
   env = result["environment"]
   assert (env["tensorflow"], env["keras"]) == (tf.__version__,
                                                keras.__version__)
@@ -49,21 +68,36 @@ def test_result_json_is_complete(smoke):
   assert env["onednn"] in (True, False, None)
   assert list(result["phases"]) == ["pretrain", "cluster1", "cluster2"]
   pretrain = result["phases"]["pretrain"]
-  assert pretrain["epochs"] == 2
+  assert pretrain["epochs"] == TINY.pretrain_epochs == 2
+  assert TINY.eval_every == 1  # a score after every epoch
   assert [h["epoch"] for h in pretrain["history"]] == [1, 2]
   for name, phase in result["phases"].items():
     assert phase["seconds"] > 0, name
     assert phase["history"], name
     for entry in phase["history"] + [phase]:
       _check_scores(entry)
+  per_iteration = _epochs_per_iteration(TINY)
   for name in ("cluster1", "cluster2"):
-    history = result["phases"][name]["history"]
+    phase = result["phases"][name]
+    history = phase["history"]
     assert [h["iteration"] for h in history] == list(range(len(history)))
     assert all(-1.0 <= h["l_c"] <= 1.0 for h in history)
+    # Each outer iteration trains per_iteration epochs on θ, then scores.
+    assert [h["epoch"] for h in history] == [
+        per_iteration * i for i in range(len(history))]
+    assert phase["epochs"] == per_iteration * (len(history) - 1)
+  # Stage I may stop when L_c settles (never at its first comparison);
+  # stage II's tolerance 0 runs every iteration.
+  assert 2 <= len(result["phases"]["cluster1"]["history"]) <= (
+      TINY.cluster1_iterations + 1)
+  assert TINY.cluster2_tolerance == 0.0
+  assert len(result["phases"]["cluster2"]["history"]) == (
+      TINY.cluster2_iterations + 1)
   _check_scores(result["final"])
   assert result["final"]["acc"] == result["phases"]["cluster2"]["acc"]
   config = json.loads((workdir / "config.json").read_text())
   assert config["max_examples"] == 300
+  assert configs.from_saved(config) == TINY
   for name in ("pretrain", "cluster1", "cluster2", "model"):
     assert (workdir / f"{name}.keras").exists(), name
   for name in ("pretrain", "cluster1", "cluster2"):
@@ -74,6 +108,37 @@ def test_result_json_is_complete(smoke):
   assert (workdir / "export" / "saved_model.pb").exists()
   # The run's hyper-parameters are logged for TensorBoard's HPARAMS tab.
   assert list((workdir / "tb").glob("events.out.tfevents.*"))
+
+
+def test_scores_are_those_of_the_saved_models(smoke, tfds_data_dir,
+                                              mnist_manual_dir):
+  """Each clustering phase's ACC/NMI/ARI are its saved model's nearest-
+  centroid partition scored against the labels; pre-training's are its
+  model's k-means score; the final ones are the last phase's."""
+  workdir, result = smoke
+  images, labels = data.load_for(TINY, data_dir=tfds_data_dir,
+                                 manual_dir=mnist_manual_dir)
+  assert len(images) == result["num_examples"]
+  for phase in ("cluster1", "cluster2", "model"):
+    model = checkpoints.load_keras_model(str(workdir / f"{phase}.keras"))
+    predicted = losses.assign_clusters(model.embed(images),
+                                       model.centroids).numpy()
+    expected = metrics.clustering_scores(labels, predicted)
+    entry = result["final"] if phase == "model" else result["phases"][phase]
+    assert {k: entry[k] for k in ("acc", "nmi", "ari")} == pytest.approx(
+        expected, abs=1e-12), phase
+    if phase != "model":
+      # θ trained on the voted S; the history's last entry scores it.
+      assert TINY.vote_rounds > 0
+      assert entry["voted_partition"] == {
+          k: entry["history"][-1][k] for k in ("acc", "nmi", "ari")}
+  model = checkpoints.load_keras_model(str(workdir / "pretrain.keras"))
+  scores = evaluation.evaluate(model, data.as_tensor(images), labels, TINY)
+  pretrain = result["phases"]["pretrain"]
+  assert scores == pytest.approx(
+      {k: pretrain[k] for k in ("acc", "nmi", "ari")}, abs=1e-12)
+  for key in ("acc", "nmi", "ari"):
+    assert pretrain[key] == pretrain["history"][-1][key], key
 
 
 def test_later_phase_starts_from_saved_model(smoke, tmp_path, tfds_data_dir,
@@ -95,18 +160,18 @@ def test_flag_overrides_reach_the_config(tmp_path, tfds_data_dir,
   result = _run(tmp_path, tfds_data_dir, mnist_manual_dir,
                 "--pretrain_epochs=5", "--max_examples=200", "--phases=pretrain",
                 "--batch_size=50", "--seed=3", "--encoder_filters=4,4,15",
-                "--knn_neutral", "--alpha=0.2", "--pretrain_tolerance=100",
-                "--batch_neighbours=2")
+                "--recalibrate_batch_norm", "--lambda_r=0.002",
+                "--pretrain_tolerance=100", "--batch_neighbours=2")
   config = json.loads((tmp_path / "config.json").read_text())
   assert config["batch_size"] == 50
   assert config["encoder_filters"] == [4, 4, 15]
-  assert config["knn_neutral"] is True
-  assert config["alpha"] == 0.2
+  assert config["recalibrate_batch_norm"] is True
+  assert config["lambda_r"] == 0.002
   assert config["batch_neighbours"] == 2
   assert config["phases"] == ["pretrain"]
   assert result["num_examples"] == 200
   assert result["seed"] == 3
-  assert result["params"] < 3_000  # the narrower encoder was built
+  assert result["params"] == 2_300  # the narrower encoder (8, 8, 15: 3348)
   # Algorithm 1's stop: a tolerance of 100 ends after the second epoch.
   assert result["phases"]["pretrain"]["epochs"] == 2
 
@@ -159,10 +224,10 @@ def test_resume_with_other_flags_is_refused(smoke, tmp_path, tfds_data_dir,
   workdir, _ = smoke
   cmd = [sys.executable, "-m", "experiments.run", "--dataset=tiny",
          f"--workdir={workdir}", f"--data_dir={tfds_data_dir}",
-         f"--manual_dir={mnist_manual_dir}", "--resume", "--alpha=0.5"]
+         f"--manual_dir={mnist_manual_dir}", "--resume", "--lambda_r=0.5"]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
   assert proc.returncode != 0
-  assert "alpha (saved 0.1, now 0.5)" in proc.stderr
+  assert "lambda_r (saved 0.001, now 0.5)" in proc.stderr
 
 
 def test_coil20_preset_runs_on_the_dummy_zip(tmp_path, coil_dummy):
@@ -172,15 +237,14 @@ def test_coil20_preset_runs_on_the_dummy_zip(tmp_path, coil_dummy):
          f"--workdir={tmp_path / 'run'}", f"--data_dir={tmp_path / 'tfds'}",
          f"--manual_dir={manual_dir}", "--phases=pretrain",
          "--pretrain_epochs=1", "--batch_size=8", "--knn_k=3",
-         "--num_clusters=4", "--kmeans_n_init=1", "--spectral_neighbors=3",
-         "--pools=true,True,false"]
+         "--num_clusters=4", "--pools=true,True,false"]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
                         timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads((tmp_path / "run" / "result.json").read_text())
   config = json.loads((tmp_path / "run" / "config.json").read_text())
   assert config["pools"] == [True, True, False]
-  assert config["lambda_d_start"] == 4.0 and config["lambda_r"] == 1e-3
+  assert config["lambda_d"] == 4.0 and config["lambda_r"] == 1e-3
   # The preset's anchor groups reach pre-training (groups of <= 8 / 4).
   assert config["anchor_groups"] is True
   assert "anchor groups over 8 images (largest 2" in proc.stderr
@@ -220,32 +284,31 @@ def test_evaluate_scores_a_saved_model_as_its_run_did(smoke, tmp_path,
 
 
 def test_evaluate_needs_the_runs_config_beside_the_model(smoke, tmp_path):
-  from ddlsc_tf import train  # pylint: disable=import-outside-toplevel
   workdir, _ = smoke
   lone = tmp_path / "pretrain.keras"
   lone.write_bytes((workdir / "pretrain.keras").read_bytes())
   with pytest.raises(FileNotFoundError, match="no run config at .*config.json"):
-    train.evaluate_saved(str(lone))
+    evaluation.evaluate_saved(str(lone))
   with pytest.raises(FileNotFoundError, match="no model at"):
-    train.evaluate_saved(str(workdir / "missing.keras"))
+    evaluation.evaluate_saved(str(workdir / "missing.keras"))
 
 
 def test_pictures_without_matplotlib_skip_before_embedding(monkeypatch,
                                                             tmp_path):
+  # pylint: disable=import-outside-toplevel
   from absl import logging
-  from ddlsc_tf import configs, plots, train
+  from ddlsc_tf import pictures, plots
 
   def fail(*args, **kwargs):
     raise AssertionError("embedded for pictures that cannot be drawn")
 
   warnings = []
   monkeypatch.setattr(plots, "matplotlib_available", lambda: False)
-  monkeypatch.setattr(train, "embed", fail)
+  monkeypatch.setattr(evaluation, "embed", fail)
   monkeypatch.setattr(logging, "warning",
                       lambda msg, *args: warnings.append(msg % args))
-  config = configs.TINY.replace(tsne_points=100)
-  train._pictures(None, None, None, config, str(tmp_path), "pretrain",
-                  {"epochs": 1})
+  pictures.save_pictures(None, None, None, TINY, str(tmp_path), "pretrain",
+                         {"epochs": 1})
   assert len(warnings) == 1
   assert "pip install ddlsc_tf[plots]" in warnings[0]
   assert "pretrain" in warnings[0]
