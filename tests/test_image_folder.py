@@ -95,14 +95,27 @@ def test_channels_one_converts_rgb_to_gray(tmp_path):
   np.testing.assert_allclose(data.images, 0.2989, atol=1e-3)  # ITU-R 601
 
 
-def test_channels_three_repeats_gray_and_alpha_is_dropped(tmp_path):
+def test_channels_three_repeats_gray_and_alpha_is_composited(tmp_path):
   _write(tmp_path / "gray.png", _constant(4, 4, 50))
   _write(tmp_path / "gray_alpha.png", np.concatenate(
-      [_constant(4, 4, 50), _constant(4, 4, 0)], axis=-1))
+      [_constant(4, 4, 50), _constant(4, 4, 255)], axis=-1))
   assert image_folder.load_image_folder(tmp_path).images.shape == (2, 4, 4, 1)
   data = image_folder.load_image_folder(tmp_path, channels=3)
   assert data.images.shape == (2, 4, 4, 3)
   np.testing.assert_allclose(data.images, 50 / 255, atol=1e-6)
+
+
+def test_a_dark_drawing_on_transparent_is_composited_over_white(tmp_path):
+  # Opaque on the left half only; its pixels are dark (50 / 255 < 0.5), so
+  # the transparent half becomes white (validation.composite_alpha).
+  alpha = np.zeros((4, 4, 1), np.uint8)
+  alpha[:, :2] = 255
+  _write(tmp_path / "stroke.png",
+         np.concatenate([_constant(4, 4, 50), alpha], axis=-1))
+  data = image_folder.load_image_folder(tmp_path)
+  assert data.images.shape == (1, 4, 4, 1)
+  np.testing.assert_allclose(data.images[0, :, :2], 50 / 255, atol=1e-6)
+  np.testing.assert_allclose(data.images[0, :, 2:], 1.0, atol=1e-6)
 
 
 def test_missing_folder_is_named(tmp_path):
@@ -145,13 +158,23 @@ def test_an_image_deeper_than_one_sub_folder_is_named(tmp_path, deeper,
 
 def test_hidden_and_system_folders_are_ignored(tmp_path):
   _write(tmp_path / "cat" / "1.png", _gray(4, 4))
+  _write(tmp_path / "dog" / "1.png", _gray(4, 4))
   _write(tmp_path / "cat" / ".thumbs" / "1.png", _gray(4, 4))
   # Synology's thumbnails: a folder per image, inside each class.
   _write(tmp_path / "cat" / "@eaDir" / "1.png" / "SYNOFILE_THUMB_M.jpg",
          _gray(4, 4))
   _write(tmp_path / "__MACOSX" / "cat" / "1.png", _gray(4, 4))
   loaded = image_folder.load_image_folder(tmp_path)
-  assert loaded.file_names == ["cat/1.png"] and loaded.class_names == ["cat"]
+  assert loaded.file_names == ["cat/1.png", "dog/1.png"]
+  assert loaded.class_names == ["cat", "dog"]
+
+
+def test_images_in_a_single_sub_folder_are_unlabelled(tmp_path):
+  _write(tmp_path / "photos" / "1.png", _gray(4, 4))
+  _write(tmp_path / "photos" / "2.png", _gray(4, 4))
+  loaded = image_folder.load_image_folder(tmp_path)
+  assert loaded.file_names == ["photos/1.png", "photos/2.png"]
+  assert loaded.labels is None and loaded.class_names is None
 
 
 @pytest.mark.parametrize("options,bad", [
@@ -171,6 +194,15 @@ def test_uint8_array_round_trip(tmp_path):
   np.testing.assert_allclose(images[..., 0], x / 255, atol=1e-7)
 
 
+def test_an_opaque_alpha_channel_of_an_array_is_dropped(tmp_path):
+  x = np.random.default_rng(0).integers(0, 256, (2, 4, 4, 4), np.uint8)
+  x[..., 3] = 255
+  np.save(tmp_path / "x.npy", x)
+  images = image_folder.load_array(tmp_path / "x.npy")
+  assert images.shape == (2, 4, 4, 3)
+  np.testing.assert_allclose(images, x[..., :3] / 255, atol=1e-6)
+
+
 def test_float_array_is_kept(tmp_path):
   x = np.random.default_rng(0).random((3, 4, 4, 3))
   np.save(tmp_path / "x.npy", x)
@@ -180,7 +212,7 @@ def test_float_array_is_kept(tmp_path):
 
 @pytest.mark.parametrize("array,message", [
     (np.zeros((4, 5)), r"shape \(4, 5\)"),
-    (np.zeros((2, 4, 4, 2)), r"shape \(2, 4, 4, 2\)"),
+    (np.zeros((2, 4, 4, 5)), r"shape \(2, 4, 4, 5\)"),
     (np.zeros((2, 3, 3), np.int64), "int64"),
     (np.where(np.arange(18).reshape(2, 3, 3) == 7, np.nan, 0.5),
      r"nan at index \(0, 2, 1\)"),
@@ -216,9 +248,11 @@ def test_load_images_from_path_reads_arrays(tmp_path):
 
 def test_load_images_from_path_reads_folders(tmp_path):
   _write(tmp_path / "cat" / "0.png", _gray(4, 4))
+  _write(tmp_path / "dog" / "0.png", _gray(4, 4))
   data = image_folder.load_images_from_path(tmp_path)
   assert isinstance(data, image_folder.ImageFolder)
-  assert data.class_names == ["cat"] and data.file_names == ["cat/0.png"]
+  assert data.class_names == ["cat", "dog"]
+  assert data.file_names == ["cat/0.png", "dog/0.png"]
 
 
 def test_load_images_from_path_rejects_other_paths(tmp_path):
