@@ -11,13 +11,16 @@ the files it belongs to, so it never points at a file that is not complete;
 older files are removed only after it has moved on.
 """
 
+import contextlib
 import glob
 import json
+import logging
 import os
 import shutil
 import tempfile
 import zipfile
 
+from absl import logging as absl_logging
 import keras
 import numpy as np
 
@@ -161,13 +164,39 @@ def save_weights_atomic(model, path):
   write_atomic(path, model.save_weights, ".weights.h5")
 
 
+@contextlib.contextmanager
+def _tensorflow_info_off():
+  """No INFO lines from TensorFlow's Python code in the block.
+
+  Writing a SavedModel logs them even with `export(verbose=False)`: for
+  every endpoint an input renamed for "unsupported characters", the saver's
+  sharding time, "Assets written to" (twice) and the fingerprint file.
+  TensorFlow logs through its own logger and, in those modules, through
+  absl's, whose level it sets and puts back itself while saving (so absl's
+  is set through absl's verbosity, not its logger). Both are at WARNING or
+  quieter for the block and as they were after.
+  """
+  tf_logger = logging.getLogger("tensorflow")
+  tf_level = tf_logger.level
+  verbosity = absl_logging.get_verbosity()
+  tf_logger.setLevel(max(tf_logger.getEffectiveLevel(), logging.WARNING))
+  # absl's levels count down: WARNING is -1, INFO 0.
+  absl_logging.set_verbosity(min(verbosity, absl_logging.WARNING))
+  try:
+    yield
+  finally:
+    absl_logging.set_verbosity(verbosity)
+    tf_logger.setLevel(tf_level)
+
+
 def export_atomic(model, folder):
   """`model.export(folder)` (a SavedModel folder) through a temp folder."""
   parent = os.path.dirname(os.path.abspath(folder))
   tmp = tempfile.mkdtemp(dir=parent, prefix=".ddlsc-tmp-export-")
   old = None
   try:
-    model.export(tmp, verbose=False)
+    with _tensorflow_info_off():
+      model.export(tmp, verbose=False)
     os.chmod(tmp, 0o755)  # mkdtemp makes it private
     if os.path.exists(folder):
       old = tempfile.mkdtemp(dir=parent, prefix=".ddlsc-old-export-")

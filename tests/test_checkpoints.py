@@ -1,9 +1,11 @@
 """Atomic writes and the per-epoch checkpoint."""
 
 import json
+import logging
 import os
 import re
 
+from absl import logging as absl_logging
 import keras
 import numpy as np
 import pytest
@@ -87,3 +89,20 @@ def test_corrupt_state_names_the_file(tmp_path):
   (tmp_path / "state.json").write_text("{not json")
   with pytest.raises(ValueError, match="state.json is not valid JSON"):
     checkpoints.Checkpointer(str(tmp_path))
+
+
+def test_export_logs_no_info_and_puts_the_levels_back(tmp_path, caplog):
+  model = train.build_model(configs.TINY, (28, 28, 1))
+  tf_logger = logging.getLogger("tensorflow")
+  verbosity, tf_level = absl_logging.get_verbosity(), tf_logger.level
+  absl_logging.set_verbosity(absl_logging.INFO)  # as under absl's app.run
+  try:
+    with caplog.at_level(logging.INFO):
+      checkpoints.export_atomic(model, str(tmp_path / "export"))
+    assert absl_logging.get_verbosity() == absl_logging.INFO
+    assert tf_logger.level == tf_level
+  finally:
+    absl_logging.set_verbosity(verbosity)
+  assert os.path.isfile(tmp_path / "export" / "saved_model.pb")
+  assert [r.getMessage() for r in caplog.records
+          if r.levelno < logging.WARNING] == []
