@@ -9,7 +9,6 @@ the pictures (`workdir` says what a run folder holds).
 import contextlib
 import os
 import signal
-import sys
 import threading
 
 from absl import logging
@@ -25,6 +24,7 @@ from ddlsc_tf import neighbours
 from ddlsc_tf import partitions
 from ddlsc_tf import pictures as pictures_lib
 from ddlsc_tf import pretrain
+from ddlsc_tf import progress
 from ddlsc_tf import provenance
 from ddlsc_tf import validation
 from ddlsc_tf import workdir as workdir_lib
@@ -254,8 +254,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   Returns:
     (the trained model, the result dict written to DIR/result.json).
   """
-  if verbose == "auto":  # a bar on a terminal, one line per epoch in a log
-    verbose = 1 if sys.stdout.isatty() else 2
+  verbose = progress.fit_verbosity(verbose)
   checked = validation.check_images(images)  # a view of a float32 tensor
   if not (isinstance(images, tf.Tensor) and images.dtype == tf.float32
           and tuple(images.shape) == checked.shape):
