@@ -10,11 +10,10 @@ import os as _os
 import sys as _sys
 
 # TensorFlow's x86 CPU build picks oneDNN's kernels by default only on some
-# CPUs: on an AVX-512 machine used here, not on an AVX2-only AMD EPYC,
-# where its own kernels made pre-training 3.4x slower (RESULTS.md,
-# "Speed (issue 4): oneDNN's kernels on an AVX2 CPU"). TensorFlow reads the
-# variable when it loads, so this only acts when ddlsc_tf is imported
-# first; a value the user set, such as 0, is kept.
+# CPUs (AVX-512 ones), not on AVX2-only ones, where its own kernels made
+# pre-training 3.4x slower. TensorFlow reads the variable when it loads, so
+# this only acts when ddlsc_tf is imported first; a value the user set,
+# such as 0, is kept.
 _os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 
