@@ -189,8 +189,7 @@ def test_killed_run_resumes_to_the_same_result(smoke, tmp_path,
 
   This is also the same-seed check: the epochs before the kill come from
   a second process and the rest from a third, and every ACC/NMI/ARI must
-  equal the smoke run's. (A separate rerun of the smoke run checked the
-  same thing for ~45 s of CI; RESULTS.md, "CI time (session 63)".)"""
+  equal the smoke run's."""
   cmd = [sys.executable, "-m", "experiments.run", "--dataset=tiny",
          f"--workdir={tmp_path}", f"--data_dir={tfds_data_dir}",
          f"--manual_dir={mnist_manual_dir}"]
