@@ -74,8 +74,8 @@ def balanced_kmeans_on_sphere(z, centroids, *, max_rounds=20):
   if n > MAX_BALANCED_POINTS:
     raise ValueError(
         f"balanced assignments solve an exact [N, N] assignment; N = {n} "
-        f"points is above {MAX_BALANCED_POINTS}: leave balanced_from unset "
-        f"for a dataset this large.")
+        f"points is above {MAX_BALANCED_POINTS}: use cluster2_assignment="
+        f"'nearest' or 'refresh' for a dataset this large.")
   if mu.ndim != 2 or mu.shape[1] != z.shape[1]:
     raise ValueError(f"centroids must be [K, {z.shape[1]}], got "
                      f"{mu.shape}.")

@@ -109,6 +109,7 @@ class Lock:
     self._fd = None
 
   def __enter__(self):
+    check_workdir(os.path.dirname(self.path))
     os.makedirs(os.path.dirname(self.path), exist_ok=True)
     fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
