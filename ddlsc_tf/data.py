@@ -11,6 +11,7 @@ import glob
 import gzip
 import hashlib
 import os
+import shutil
 import socket
 import threading
 import zipfile
@@ -278,7 +279,9 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
         raise
     finally:
       for path in _temp_downloads(builder) - before:  # a failed download's
-        if os.path.isfile(path):
+        if os.path.isdir(path):
+          shutil.rmtree(path, ignore_errors=True)
+        elif os.path.exists(path):
           os.remove(path)
   ds = builder.as_dataset(split=spec.split)
   if max_examples is not None:

@@ -171,6 +171,10 @@ class DDLSC:
     if self.n_clusters > len(images):
       raise ValueError(f"n_clusters {self.n_clusters} is more than the "
                        f"{len(images)} images in X.")
+    if min(images.shape[1:3]) < 8:
+      raise ValueError(
+          f"X holds {images.shape[1]}x{images.shape[2]} images; the network "
+          f"needs at least 8x8 (three 2x2 poolings): resize them first.")
     seed = _check_random_state(self.random_state)
     config = configs.for_images(images.shape[1:],
                                 num_clusters=int(self.n_clusters),

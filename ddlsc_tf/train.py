@@ -173,20 +173,21 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   """
   workdir_lib.check_workdir(workdir)
   check_phases(config.phases, init_from)
-  # Data first: a config that does not fit it fails before the workdir (and
-  # an earlier run in it) is touched.
-  images, labels = data.load_for(config, data_dir=data_dir,
-                                 manual_dir=manual_dir)
-  if size_to_data:
-    config = configs.sized_to_data(
-        config, len(images), **{k: getattr(config, k) for k in fixed})
-  check_config_for_data(config, len(images))
-  # A resumed run with a checkpoint starts from it, not from init_from.
-  resumes = resume and os.path.exists(os.path.join(
-      workdir, "checkpoint", checkpoints.Checkpointer.STATE))
-  check_start(config, images.shape[1:],
-              init_from=None if resumes else init_from, build=build)
-  with workdir_lib.Lock(workdir):
+  with workdir_lib.Lock(workdir):  # one writer per workdir, from the start
+    # Data first: a config that does not fit it fails before the workdir
+    # (and an earlier run in it) is touched.
+    images, labels = data.load_for(config, data_dir=data_dir,
+                                   manual_dir=manual_dir)
+    if size_to_data:
+      config = configs.sized_to_data(
+          config, len(images), **{k: getattr(config, k) for k in fixed})
+    logging.info("config: %s", config)
+    check_config_for_data(config, len(images))
+    # A resumed run with a checkpoint starts from it, not from init_from.
+    resumes = resume and os.path.exists(os.path.join(
+        workdir, "checkpoint", checkpoints.Checkpointer.STATE))
+    check_start(config, images.shape[1:],
+                init_from=None if resumes else init_from, build=build)
     workdir_lib.prepare_workdir(workdir, config, resume=resume,
                                 overwrite=overwrite, init_from=init_from)
     # The run keeps one tensor copy of the images; the NumPy one goes.
@@ -310,13 +311,14 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     _log_hparams(workdir, config)
   with _stop_on_sigterm(run):
     _run_all(model, images, labels, config, run, state, pictures)
-
-  if not cluster.centroids_initialised(model):
-    # Pre-training only: the exported model's centroids come from the
-    # config's start (k-means: the ones its evaluation scored, same seed).
-    cluster.start_partition(model, images, config)
-  checkpoints.save_model_atomic(model, os.path.join(workdir, "model.keras"))
-  checkpoints.export_atomic(model, os.path.join(workdir, "export"))
+    if not cluster.centroids_initialised(model):
+      # Pre-training only: the exported model's centroids come from the
+      # config's start (k-means: the ones its evaluation scored, same seed).
+      cluster.start_partition(model, images, config)
+    # A stop asked for now waits for these writes; the run is then done.
+    checkpoints.save_model_atomic(model,
+                                  os.path.join(workdir, "model.keras"))
+    checkpoints.export_atomic(model, os.path.join(workdir, "export"))
   logging.info("saved %s/model.keras and the SavedModel %s/export",
                workdir, workdir)
   return model, result

@@ -36,8 +36,9 @@ def check_images(images, *, expected_shape=None, name="images"):
     raise ValueError(
         f"{name} is not one rectangular array (images of different sizes, "
         f"or lists of different lengths?): {e}") from None
-  if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
-    raise TypeError(f"{name} must be numeric, got dtype {array.dtype}.")
+  if (not (np.issubdtype(array.dtype, np.number) or array.dtype == bool)
+      or np.issubdtype(array.dtype, np.complexfloating)):
+    raise TypeError(f"{name} must be real numbers, got dtype {array.dtype}.")
   if array.ndim == 3:
     array = array[..., np.newaxis]
   if array.ndim != 4:
@@ -67,13 +68,13 @@ def check_images(images, *, expected_shape=None, name="images"):
   if array.dtype == np.uint8:
     return composite_alpha(array.astype(np.float32) / 255.0)
   dtype = array.dtype
-  array = array.astype(np.float32, copy=False)
-  finite = np.isfinite(array)
-  if not finite.all():
-    bad = np.argwhere(~finite)[0]
-    raise ValueError(
-        f"{name} hold {int((~finite).sum())} NaN or inf values (first at "
-        f"index {tuple(int(i) for i in bad)}: {array[tuple(bad)]}).")
+  if np.issubdtype(dtype, np.floating):  # in its own dtype: 1e300 is finite
+    finite = np.isfinite(array)
+    if not finite.all():
+      bad = np.argwhere(~finite)[0]
+      raise ValueError(
+          f"{name} hold {int((~finite).sum())} NaN or inf values (first at "
+          f"index {tuple(int(i) for i in bad)}: {array[tuple(bad)]}).")
   low, high = float(array.min()), float(array.max())
   if low < 0.0 or high > 1.0:
     fix = ("pass 0-255 pixels as uint8 (X.astype(np.uint8)), or rescale "
@@ -82,7 +83,7 @@ def check_images(images, *, expected_shape=None, name="images"):
     raise ValueError(
         f"{name} must be uint8 in 0-255 or float in [0, 1], got {dtype} "
         f"values in [{low:g}, {high:g}]; {fix}.")
-  return composite_alpha(array)
+  return composite_alpha(array.astype(np.float32, copy=False))
 
 
 def composite_alpha(images):

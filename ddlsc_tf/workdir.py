@@ -189,7 +189,7 @@ class Run:
     if self.stop_requested:
       raise RunInterrupted(
           f"stopped on request after the last checkpoint in "
-          f"{self.workdir}; continue with --resume (resume=True).")
+          f"{self.workdir}; continue the run with --resume.")
 
   def stop_callback(self):
     return StopAfterCheckpoint(self)

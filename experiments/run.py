@@ -4,7 +4,6 @@ Every preset field can be overridden by the flag of the same name.
 """
 
 from absl import flags
-from absl import logging
 
 from ddlsc_tf import configs
 from ddlsc_tf import train
@@ -45,7 +44,6 @@ def resolve_config():
 def main(argv):
   del argv
   config = resolve_config()
-  logging.info("config: %s", config)
   # A folder's batch fits its size unless the flags set it.
   folder = FLAGS.dataset.startswith(configs.FOLDER_PREFIX)
   train.train_and_evaluate(config, FLAGS.workdir, data_dir=FLAGS.data_dir,

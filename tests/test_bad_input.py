@@ -396,10 +396,6 @@ cli.run(run.main)
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "train.run_phases restores the default SIGTERM handler before the final "
-    "save_model_atomic/export_atomic: a SIGTERM there kills the run "
-    "(status -15) with the SavedModel's temp folder half-written"))
 def test_sigterm_during_the_final_export_still_ends_cleanly(tmp_path):
   folder = _tiny_folder(tmp_path / "data")
   work = tmp_path / "run"
@@ -443,9 +439,6 @@ def _fail_midway(self, *args, **kwargs):
   raise ConnectionError("connection reset by peer")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "data.load_images removes only *files* named *.tmp.*; TFDS downloads "
-    "into a *folder* <name>.tmp.<uuid>, which stays with the partial file"))
 def test_a_failed_download_leaves_no_partial_files(tmp_path, monkeypatch):
   monkeypatch.setattr(data, "network_reachable",
                       lambda host, timeout=3.0: True)
@@ -557,26 +550,18 @@ def test_the_folder_preset_sizes_its_batch_to_the_data(tmp_path, extra,
 # --- Found while writing these -----------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "validation.check_images takes complex X as numeric and casts it to "
-    "float32, dropping the imaginary part (a .npy of complex is refused)"))
 def test_complex_images_are_refused():
   x = np.full((4, 8, 8), 0.5 + 0.5j, np.complex64)
   with pytest.raises(TypeError, match=r"\bX\b"):
     validation.check_images(x, name="X")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "configs.for_images says 'images must be at least 8x8', not naming X"))
 def test_too_small_images_are_named_as_x():
   with pytest.raises(ValueError, match=r"\bX\b"):
     ddlsc_tf.DDLSC(n_clusters=2, pretrain_epochs=1).fit(
         np.zeros((8, 4, 4), np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "validation.check_images casts to float32 before its checks: a finite "
-    "float64 value above float32's range is reported as NaN or inf"))
 def test_finite_values_out_of_range_are_not_called_nan():
   with pytest.raises(ValueError, match=r"float in \[0, 1\]"):
     validation.check_images(np.full((2, 8, 8), 1e300), name="X")
