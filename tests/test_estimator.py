@@ -54,14 +54,14 @@ def test_clone_keeps_override_values_that_are_containers():
 
 
 def test_get_params_set_params_round_trip():
-  estimator = DDLSC(n_clusters=3, random_state=5, alpha=0.2)
+  estimator = DDLSC(n_clusters=3, random_state=5, lambda_r=0.2)
   other = DDLSC()
   assert other.set_params(**estimator.get_params()) is other
   assert other.get_params() == estimator.get_params()
   assert repr(other) == repr(estimator)
   other.set_params(n_clusters=6, random_state=None, verbose=2, batch_size=8)
   assert other.get_params() == {"n_clusters": 6, "random_state": None,
-                                "workdir": None, "verbose": 2, "alpha": 0.2,
+                                "workdir": None, "verbose": 2, "lambda_r": 0.2,
                                 "batch_size": 8}
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddlsc_tf import checkpoints
+from ddlsc_tf import cluster
 from ddlsc_tf import configs
 from ddlsc_tf import train
 
@@ -36,9 +37,9 @@ def _trained_model(make_blobs):
   x, labels = make_blobs(n=64, num_classes=4)
   config = configs.TINY.replace(num_clusters=4, knn_k=3)
   model = train.build_model(config, x.shape[1:])
-  train.compile_model(model, config)
+  train.compile_model(model)
   model.fit(x, labels, batch_size=32, epochs=1, verbose=0)
-  train.init_centroids(model, x, config)
+  cluster.start_partition(model, x, config)
   return model, x
 
 

@@ -82,10 +82,10 @@ def test_params_round_trip():
   params = estimator.get_params()
   assert params == {"n_clusters": 5, "random_state": 0, "workdir": None,
                     "verbose": 0, "batch_size": 32}
-  estimator.set_params(n_clusters=7, alpha=0.2)
+  estimator.set_params(n_clusters=7, lambda_r=0.2)
   assert estimator.get_params()["n_clusters"] == 7
-  assert estimator.get_params()["alpha"] == 0.2
-  assert "alpha=0.2" in repr(estimator)
+  assert estimator.get_params()["lambda_r"] == 0.2
+  assert "lambda_r=0.2" in repr(estimator)
   assert estimator.set_params(random_state=3) is estimator
   assert estimator.get_params()["random_state"] == 3
 
