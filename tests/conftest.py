@@ -67,5 +67,21 @@ def blobs(n=64, num_classes=4, seed=0):
 
 
 @pytest.fixture
+def rng():
+  return np.random.default_rng(0)
+
+
+@pytest.fixture
+def run_traced():
+  """run(fn, graph, **kwargs): fn(**kwargs), inside tf.function when graph
+  is True (loss tests run both ways)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  def run(fn, graph, **kwargs):
+    return (tf.function(fn) if graph else fn)(**kwargs)
+  return run
+
+
+@pytest.fixture
 def make_blobs():
   return blobs

@@ -24,21 +24,10 @@ def _knn_graph_ref(x, k):
   return g | g.T
 
 
-def _run(fn, graph, **kwargs):
-  if graph:
-    fn = tf.function(fn)
-  return fn(**kwargs)
-
-
-@pytest.fixture
-def rng():
-  return np.random.default_rng(0)
-
-
 @pytest.mark.parametrize("graph", [False, True])
-def test_knn_graph_matches_reference(rng, graph):
+def test_knn_graph_matches_reference(run_traced, rng, graph):
   x = rng.random((20, 4, 4, 1)).astype(np.float32)
-  knn = _run(lambda x: anchors.knn_graph(x, k=3), graph, x=tf.constant(x))
+  knn = run_traced(lambda x: anchors.knn_graph(x, k=3), graph, x=tf.constant(x))
   g, rank = knn.graph, knn.rank
   np.testing.assert_array_equal(g.numpy(), _knn_graph_ref(x, 3))
   s = _cosine(x)
@@ -52,9 +41,10 @@ def test_knn_graph_matches_reference(rng, graph):
 
 
 @pytest.mark.parametrize("graph", [False, True])
-def test_reverse_rank_is_the_place_in_the_neighbours_list(rng, graph):
+def test_reverse_rank_is_the_place_in_the_neighbours_list(run_traced, rng,
+                                                         graph):
   x = rng.random((30, 4, 4, 1)).astype(np.float32)
-  knn = _run(lambda x: anchors.knn_graph(x, k=4), graph, x=tf.constant(x))
+  knn = run_traced(lambda x: anchors.knn_graph(x, k=4), graph, x=tf.constant(x))
   rank, neighbours = knn.rank.numpy(), knn.neighbours.numpy()
   for i in range(len(x)):
     np.testing.assert_array_equal(knn.reverse_rank.numpy()[i],
@@ -100,9 +90,9 @@ def test_anchor_mask_matches_the_all_pairs_rule(rng, selection, fraction):
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("selection", anchors.ANCHOR_SELECTIONS)
 @pytest.mark.parametrize("fraction", [0.1, 0.3, 1.0])
-def test_anchor_mask_properties(rng, graph, selection, fraction):
+def test_anchor_mask_properties(run_traced, rng, graph, selection, fraction):
   x = rng.random((40, 6, 6, 1)).astype(np.float32)
-  a = _run(lambda x: anchors.anchor_mask(x, k=5, anchor_fraction=fraction,
+  a = run_traced(lambda x: anchors.anchor_mask(x, k=5, anchor_fraction=fraction,
                                          selection=selection),
            graph, x=tf.constant(x)).numpy()
   g = _knn_graph_ref(x, 5)
@@ -143,11 +133,11 @@ def test_unknown_anchor_selection_is_rejected(selection):
 
 
 @pytest.mark.parametrize("graph", [False, True])
-def test_group_anchors_add_every_same_group_pair(rng, graph):
+def test_group_anchors_add_every_same_group_pair(run_traced, rng, graph):
   x = rng.normal(size=(30, 6)).astype(np.float32)
   mask = anchors.anchor_mask(tf.constant(x), k=3, anchor_fraction=0.3)
   groups = rng.integers(0, 5, size=30).astype(np.int32)
-  got = _run(anchors.group_anchors, graph, anchors=mask,
+  got = run_traced(anchors.group_anchors, graph, anchors=mask,
              groups=tf.constant(groups)).numpy()
   same = (groups[:, None] == groups[None, :]) & ~np.eye(30, dtype=bool)
   np.testing.assert_array_equal(got, mask.numpy() | same)

@@ -26,33 +26,22 @@ def _discriminative_ref(z, anchors, alpha, anchor_power=1.0):
   return np.abs(c[non]).sum() / (b * b - na) - anchor_term
 
 
-def _run(fn, graph, **kwargs):
-  if graph:
-    fn = tf.function(fn)
-  return fn(**kwargs)
-
-
-@pytest.fixture
-def rng():
-  return np.random.default_rng(0)
-
-
 @pytest.mark.parametrize("graph", [False, True])
-def test_cosine_similarity_matrix(rng, graph):
+def test_cosine_similarity_matrix(run_traced, rng, graph):
   z = rng.normal(size=(7, 5)).astype(np.float32)
-  c = _run(lambda z: losses.cosine_similarity_matrix(z), graph,
+  c = run_traced(lambda z: losses.cosine_similarity_matrix(z), graph,
            z=tf.constant(z))
   np.testing.assert_allclose(c.numpy(), _cosine(z), atol=1e-5)
 
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("alpha", [0.0, 0.1, 0.7])
-def test_discriminative_loss_matches_reference(rng, graph, alpha):
+def test_discriminative_loss_matches_reference(run_traced, rng, graph, alpha):
   z = rng.normal(size=(12, 6)).astype(np.float32)
   a = rng.random((12, 12)) < 0.2
   a = np.triu(a, 1)
   a = a | a.T
-  got = _run(lambda z, a: losses.discriminative_loss(z=z, anchors=a,
+  got = run_traced(lambda z, a: losses.discriminative_loss(z=z, anchors=a,
                                                      alpha=alpha),
              graph, z=tf.constant(z), a=tf.constant(a))
   np.testing.assert_allclose(got.numpy(), _discriminative_ref(z, a, alpha),
@@ -61,8 +50,8 @@ def test_discriminative_loss_matches_reference(rng, graph, alpha):
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("anchor_power", [1.0, 2.0])
-def test_discriminative_loss_gradient_matches_dense_masks(rng, graph,
-                                                          anchor_power):
+def test_discriminative_loss_gradient_matches_dense_masks(run_traced, rng,
+                                                          graph, anchor_power):
   # The loss sums |C| densely and the anchor pairs sparsely; its gradient
   # must equal that of eq. 5 (or its (1 − C)^q anchor term) with dense
   # masks, a zero row included.
@@ -88,7 +77,7 @@ def test_discriminative_loss_gradient_matches_dense_masks(rng, graph,
       loss = fn(z)
     return loss, tape.gradient(loss, z)
 
-  got = _run(lambda z: gradient(lambda v: losses.discriminative_loss(
+  got = run_traced(lambda z: gradient(lambda v: losses.discriminative_loss(
       z=v, anchors=tf.constant(a), alpha=0.1, anchor_power=anchor_power), z),
              graph, z=z)
   want = gradient(dense, z)
@@ -99,11 +88,11 @@ def test_discriminative_loss_gradient_matches_dense_masks(rng, graph,
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("anchor_power", [2.0, 3.0])
-def test_anchor_power_matches_reference(rng, graph, anchor_power):
+def test_anchor_power_matches_reference(run_traced, rng, graph, anchor_power):
   z = rng.normal(size=(12, 6)).astype(np.float32)
   a = np.triu(rng.random((12, 12)) < 0.2, 1)
   a = a | a.T
-  got = _run(lambda z, a: losses.discriminative_loss(
+  got = run_traced(lambda z, a: losses.discriminative_loss(
       z=z, anchors=a, alpha=0.1, anchor_power=anchor_power),
              graph, z=tf.constant(z), a=tf.constant(a))
   want = _discriminative_ref(z, a, 0.1, anchor_power=anchor_power)
@@ -172,14 +161,14 @@ def test_discriminative_loss_without_anchors_is_finite(rng):
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("anchor_power", [1.0, 2.0])
-def test_reconstruction_and_pretrain_loss(rng, graph, anchor_power):
+def test_reconstruction_and_pretrain_loss(run_traced, rng, graph, anchor_power):
   x = rng.random((5, 4, 4, 1)).astype(np.float32)
   x_hat = rng.random((5, 4, 4, 1)).astype(np.float32)
   z = rng.normal(size=(5, 3)).astype(np.float32)
   a = np.zeros((5, 5), bool)
   a[0, 1] = a[1, 0] = True
   l_r_ref = ((x - x_hat) ** 2).sum() / 5
-  total, l_d, l_r = _run(
+  total, l_d, l_r = run_traced(
       lambda x, x_hat, z, a: losses.pretrain_loss(
           x=x, z=z, x_hat=x_hat, anchors=a, alpha=0.1, lambda_r=0.5,
           anchor_power=anchor_power),
@@ -193,7 +182,8 @@ def test_reconstruction_and_pretrain_loss(rng, graph, anchor_power):
 
 
 @pytest.mark.parametrize("graph", [False, True])
-def test_pretrain_loss_reconstructs_only_the_batchs_own_rows(rng, graph):
+def test_pretrain_loss_reconstructs_only_the_batchs_own_rows(run_traced, rng,
+                                                            graph):
   # z covers a batch and its copies (2B rows), x and x̂ the batch (B rows):
   # L_r is divided by B, L_d is over all 2B rows.
   x = rng.random((4, 3, 3, 1)).astype(np.float32)
@@ -201,7 +191,7 @@ def test_pretrain_loss_reconstructs_only_the_batchs_own_rows(rng, graph):
   z = rng.normal(size=(8, 3)).astype(np.float32)
   a = np.zeros((8, 8), bool)
   a[np.arange(4), 4 + np.arange(4)] = a[4 + np.arange(4), np.arange(4)] = True
-  total, l_d, l_r = _run(
+  total, l_d, l_r = run_traced(
       lambda x, x_hat, z, a: losses.pretrain_loss(
           x=x, z=z, x_hat=x_hat, anchors=a, alpha=0.1, lambda_r=2.0),
       graph, x=tf.constant(x), x_hat=tf.constant(x_hat), z=tf.constant(z),
@@ -241,10 +231,10 @@ def _group_mean_push_reference(z, groups):
 
 
 @pytest.mark.parametrize("graph", [False, True])
-def test_group_mean_push_matches_numpy(rng, graph):
+def test_group_mean_push_matches_numpy(run_traced, rng, graph):
   z = rng.normal(size=(30, 6)).astype(np.float32)
   groups = rng.choice([3, 11, 40, 41, 97], size=30).astype(np.int32)
-  got = _run(losses.group_mean_push_loss, graph, z=tf.constant(z),
+  got = run_traced(losses.group_mean_push_loss, graph, z=tf.constant(z),
              groups=tf.constant(groups))
   np.testing.assert_allclose(float(got), _group_mean_push_reference(z, groups),
                              rtol=1e-5)
