@@ -88,7 +88,7 @@ def test_each_compile_traces_the_train_step_once(monkeypatch, make_blobs):
   model.compile(optimizer=keras.optimizers.Adam(1e-2))
   assignments = np.zeros(len(x), np.int32)
   model.fit(tf.data.Dataset.from_tensors((x, labels, assignments)),
-            epochs=2, verbose=0)
+            epochs=2, shuffle=False, verbose=0)
   assert traced == ["pretrain", "cluster1"]
 
 
@@ -312,7 +312,7 @@ def test_a_pretrain_step_pulls_the_pairs_of_each_anchor_group(make_blobs):
                                       alpha=model.pretrain.alpha,
                                       anchor_power=config.anchor_power)
     ds = tf.data.Dataset.from_tensors(tuple(tf.constant(t) for t in batch))
-    logs = model.fit(ds, epochs=1, verbose=0).history
+    logs = model.fit(ds, epochs=1, shuffle=False, verbose=0).history
     l_d[name] = logs["pretrain/l_d"][0]
     np.testing.assert_allclose(l_d[name], float(want), rtol=1e-5)
   plain = anchors_lib.anchor_mask(tf.constant(x), k=3,
@@ -337,7 +337,7 @@ def test_a_pretrain_step_adds_lambda_g_times_the_group_mean_push(
   want = losses.group_mean_push_loss(z=z, groups=tf.constant(groups))
   ds = tf.data.Dataset.from_tensors(
       (tf.constant(x), tf.constant(labels), tf.constant(groups)))
-  logs = model.fit(ds, epochs=1, verbose=0).history
+  logs = model.fit(ds, epochs=1, shuffle=False, verbose=0).history
   np.testing.assert_allclose(logs["pretrain/l_g"][0], float(want), rtol=1e-5)
   np.testing.assert_allclose(
       logs["pretrain/loss"][0],
@@ -347,7 +347,7 @@ def test_a_pretrain_step_adds_lambda_g_times_the_group_mean_push(
   with pytest.raises(ValueError, match="lambda_g=0.5 needs the batches'"):
     model.fit(tf.data.Dataset.from_tensors((tf.constant(x),
                                             tf.constant(labels))),
-              epochs=1, verbose=0)
+              epochs=1, shuffle=False, verbose=0)
 
 
 def _expected_step_logs(model, config, phase, x, extra):
