@@ -7,13 +7,10 @@ down-sampled from 128x128 to 32x32 as in section 4.3. Labels travel with the
 batches but are used only for evaluation.
 """
 
-import glob
 import gzip
 import hashlib
 import os
 import shutil
-import socket
-import threading
 import zipfile
 from typing import NamedTuple, Optional, Tuple
 
@@ -28,6 +25,7 @@ from ddlsc_tf.configs import FOLDER_PREFIX
 
 # Registers the `coil20` and `coil100_manual` builders with TFDS.
 from ddlsc_tf import datasets as _datasets
+from ddlsc_tf.datasets import sources
 
 
 class DatasetSpec(NamedTuple):
@@ -75,70 +73,6 @@ DATASETS = {
 _RESIZE_BATCH = 1000
 
 
-# The archives each dataset's builder reads from a manual_dir, and where
-# to get them.
-MANUAL_FILES = {
-    "mnist": (("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
-              "http://yann.lecun.com/exdb/mnist/ (or a mirror)"),
-}
-
-
-# Where TFDS downloads a dataset from when no manual_dir is given.
-DOWNLOAD_HOSTS = {"mnist": "storage.googleapis.com",
-                  "coil100": "www.cs.columbia.edu"}
-
-
-def network_reachable(host, timeout=3.0):
-  """Whether a TCP connection to host:443 opens within about `timeout`
-  seconds, name lookup included (TFDS would retry for minutes)."""
-  reached = []
-
-  def probe():
-    try:
-      socket.create_connection((host, 443), timeout=timeout).close()
-      reached.append(True)
-    except OSError:
-      reached.append(False)
-
-  thread = threading.Thread(target=probe, daemon=True)
-  thread.start()
-  thread.join(timeout + 1.0)
-  return bool(reached and reached[0])
-
-
-def _check_download(dataset, data_dir):
-  """Raises ConnectionError, naming --manual_dir, when `dataset` would be
-  downloaded and its host cannot be reached."""
-  host = DOWNLOAD_HOSTS.get(dataset)
-  if host is not None and not network_reachable(host):
-    files = ", ".join(MANUAL_FILES.get(dataset, ((_spec(dataset).archive,),
-                                                 None))[0])
-    raise ConnectionError(
-        f"{dataset} is not prepared in {data_dir or '~/tensorflow_datasets'}"
-        f" and cannot be downloaded: {host} is unreachable (no network?). "
-        f"Pass manual_dir (--manual_dir=FOLDER) with {files} in it (see "
-        f"README, 'Data offline').")
-
-
-def _temp_downloads(builder):
-  """The partial downloads TFDS leaves in the data folder (*.tmp.*)."""
-  return set(glob.glob(os.path.join(os.fspath(builder.data_dir_root),
-                                    "downloads", "**", "*.tmp.*"),
-                       recursive=True))
-
-
-def _check_manual_files(dataset, manual_dir):
-  """Names the missing files before TFDS would try to download them."""
-  files, source = MANUAL_FILES.get(dataset, ((), None))
-  missing = [f for f in files if not os.path.exists(
-      os.path.join(manual_dir, f))]
-  if missing:
-    raise FileNotFoundError(
-        f"manual_dir {manual_dir!r} lacks {', '.join(missing)} for "
-        f"{dataset}; get them from {source} and put them there.")
-
-
 def num_classes(dataset):
   return _spec(dataset).num_classes
 
@@ -169,21 +103,6 @@ def builder_name(dataset, manual_dir=None):
     logging.warning("%s not found in %s: using the stock %s builder, which "
                     "downloads it.", spec.archive, manual_dir, spec.builder)
   return spec.builder
-
-
-def _check_manual_archive(builder, archive, manual_dir):
-  """Fails early, with the path and where to get the archive, when a
-  builder that needs a manual download lacks it."""
-  if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
-    return
-  folder = manual_dir or os.fspath(builder.data_dir_root / "downloads" /
-                                   "manual")
-  path = os.path.join(folder, archive)
-  if not os.path.isfile(path):
-    raise _datasets.MissingArchiveError(
-        f"{builder.name} is not prepared yet and {path} is missing. "
-        f"{builder.MANUAL_DOWNLOAD_INSTRUCTIONS.strip()} "
-        f"(here: manual_dir={folder!r}; see README, 'Data offline').")
 
 
 def _check_own_image_options(dataset, spec, image_size, channels):
@@ -253,14 +172,15 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
         f"{spec.channels} channels as DATASETS[{dataset!r}] says.")
   if not builder.is_prepared():
     if spec.archive is not None:
-      _check_manual_archive(builder, spec.archive, manual_dir)
+      sources.check_manual_archive(builder, spec.archive, manual_dir)
     elif manual_dir is not None:
-      _check_manual_files(dataset, manual_dir)
+      sources.check_manual_files(dataset, manual_dir)
     downloads = manual_dir is None or (spec.manual_builder is not None
                                        and builder.name == spec.builder)
     if downloads:
-      _check_download(dataset, data_dir)  # before TFDS's minutes of retries
-    before = _temp_downloads(builder)
+      # Before TFDS's minutes of retries.
+      sources.check_download(dataset, data_dir, spec.archive)
+    before = sources.temp_downloads(builder)
     try:
       builder.download_and_prepare(
           download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
@@ -278,7 +198,7 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
       if not builder.is_prepared():
         raise
     finally:
-      for path in _temp_downloads(builder) - before:  # a failed download's
+      for path in sources.temp_downloads(builder) - before:  # a failed download's
         if os.path.isdir(path):
           shutil.rmtree(path, ignore_errors=True)
         elif os.path.exists(path):

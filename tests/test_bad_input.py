@@ -30,6 +30,7 @@ from ddlsc_tf import image_folder
 from ddlsc_tf import metrics
 from ddlsc_tf import validation
 from ddlsc_tf import workdir as workdir_lib
+from ddlsc_tf.datasets import sources
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ORIENTATION = 0x0112  # the EXIF tag
@@ -414,7 +415,7 @@ def _temp_names(root):
 
 def test_offline_without_manual_dir_names_it_within_seconds(
     tmp_path, monkeypatch):
-  monkeypatch.setattr(data, "network_reachable",
+  monkeypatch.setattr(sources, "network_reachable",
                       lambda host, timeout=3.0: False)
   started = time.monotonic()
   with pytest.raises(ConnectionError, match="--manual_dir"):
@@ -440,7 +441,7 @@ def _fail_midway(self, *args, **kwargs):
 
 
 def test_a_failed_download_leaves_no_partial_files(tmp_path, monkeypatch):
-  monkeypatch.setattr(data, "network_reachable",
+  monkeypatch.setattr(sources, "network_reachable",
                       lambda host, timeout=3.0: True)
   monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare",
                       _fail_midway)

@@ -22,6 +22,7 @@ from ddlsc_tf import evaluation
 from ddlsc_tf import inference
 from ddlsc_tf import train
 from ddlsc_tf import workdir as workdir_lib
+from ddlsc_tf.datasets import sources
 from experiments import config_flags
 
 IMAGES = np.random.default_rng(0).random((20, 28, 28)).astype(np.float32)
@@ -225,7 +226,7 @@ def test_missing_dataset_file_is_named(tmp_path, mnist_manual_dir):
 def test_corrupt_dataset_file_is_named(tmp_path, mnist_manual_dir):
   manual = tmp_path / "manual"
   manual.mkdir()
-  for name in data.MANUAL_FILES["mnist"][0]:
+  for name in sources.MANUAL_FILES["mnist"][0]:
     os.symlink(os.path.join(mnist_manual_dir, name), manual / name)
   os.remove(manual / "train-labels-idx1-ubyte.gz")
   (manual / "train-labels-idx1-ubyte.gz").write_bytes(b"not a gzip file")
