@@ -1,6 +1,8 @@
 """Partitions of the whole latent on the unit sphere: the clustering
 phase's k-means start, spectral start and equal-size assignments."""
 
+import warnings
+
 import numpy as np
 from scipy import optimize
 from sklearn import cluster as sk_cluster
@@ -127,7 +129,13 @@ def spectral_on_sphere(z, *, num_clusters, seed,
       # scikit-learn's default solver (ARPACK) on small sets, LOBPCG on
       # large ones (MNIST's 70k points: 49 s here).
       eigen_solver="lobpcg" if len(z) > 5000 else "arpack")
-  assignments = spectral.fit_predict(z).astype(np.int32)
+  with warnings.catch_warnings():
+    # One graph component per cluster is the good case, not a fault.
+    warnings.filterwarnings("ignore", "Graph is not fully connected")
+    # scikit-learn's guess when z happens to be square (N == D): z is data.
+    warnings.filterwarnings("ignore",
+                            "The spectral clustering API has changed")
+    assignments = spectral.fit_predict(z).astype(np.int32)
   empty = np.flatnonzero(np.bincount(assignments, minlength=num_clusters)
                          == 0)
   fallback = np.zeros((num_clusters, z.shape[1]))
