@@ -23,6 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ddlsc_tf import configs
 from ddlsc_tf import data
 from ddlsc_tf import evaluation
 from ddlsc_tf import losses
@@ -212,7 +213,7 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
   iterations = c.cluster1_iterations if stage1 else c.cluster2_iterations
   tolerance = (c.cluster2_tolerance if not stage1
                and c.cluster2_tolerance is not None else c.cluster_tolerance)
-  seed = c.seed + ("pretrain", "cluster1", "cluster2").index(phase)
+  seed = c.seed + configs.PHASES.index(phase)
   steps_per_epoch = len(images) // c.batch_size
   epochs_per_iteration = max(EPOCHS_PER_ITERATION,
                              -(-c.min_steps_per_iteration // steps_per_epoch))

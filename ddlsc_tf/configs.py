@@ -10,10 +10,11 @@ import dataclasses
 import typing
 from typing import Optional, Tuple
 
+from ddlsc_tf import anchors
 from ddlsc_tf import augment as augment_lib
 
 PHASES = ("pretrain", "cluster1", "cluster2")
-ANCHOR_SELECTIONS = ("similarity", "rank")
+ANCHOR_SELECTIONS = anchors.ANCHOR_SELECTIONS  # the per-batch anchor rules
 CLUSTER_INITS = ("kmeans", "spectral")
 # How stage II chooses S each outer iteration (see `cluster.py`).
 CLUSTER2_ASSIGNMENTS = ("nearest", "balanced", "refresh")

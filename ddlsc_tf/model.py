@@ -2,25 +2,23 @@
 custom train step per phase.
 
 `DDLSC.phase` picks which step `fit` runs: pre-training (eq. 6), stage I
-(eq. 8) or stage II (eq. 11). Each phase's loss settings are one small
-frozen object (`PretrainLoss`, `Stage1Loss`, `Stage2Loss`), saved with the
-model.
+(eq. 8) or stage II (eq. 11), each with its frozen loss settings
+(`PretrainLoss`, `Stage1Loss`, `Stage2Loss`), saved with the model.
 """
 
 import dataclasses
-from typing import Tuple
-
 import keras
 import numpy as np
 import tensorflow as tf
 
 from ddlsc_tf import anchors as anchors_lib
 from ddlsc_tf import augment as augment_lib
+from ddlsc_tf import configs
 from ddlsc_tf import losses
 from ddlsc_tf import networks
 
 PACKAGE = "ddlsc_tf"
-PHASES = ("pretrain", "cluster1", "cluster2")
+PHASES = configs.PHASES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +70,9 @@ class DDLSC(keras.Model):
     num_clusters: K; creates the centroids [K, d] (non-trainable, saved).
     pretrain, stage1, stage2: each phase's `PretrainLoss`, `Stage1Loss`,
       `Stage2Loss` (or its dict); None: the defaults.
-    augment: () or the largest random (rotation °, scale, shear, shift px)
-      of a copy of each image added to every batch, each (image, copy) pair
-      an anchor, a copy taking its image's assignment (ours; see augment).
-      Only the images are reconstructed.
-    seed: seed of the copies' random maps (a step's maps depend on it and
-      on the optimizer's step count only).
+    augment: () or the copies' largest (rotation °, scale, shear, shift
+      px): each image's copy is its anchor and takes its assignment (ours).
+    seed: with the optimizer's step count, the copies' random maps.
     phase: which train step `fit` runs; one of `PHASES`.
   """
 
@@ -97,10 +92,6 @@ class DDLSC(keras.Model):
     self.pretrain = _settings(PretrainLoss, pretrain)
     self.stage1 = _settings(Stage1Loss, stage1)
     self.stage2 = _settings(Stage2Loss, stage2)
-    if self.pretrain.anchor_selection not in anchors_lib.ANCHOR_SELECTIONS:
-      raise ValueError(f"unknown anchor_selection "
-                       f"{self.pretrain.anchor_selection!r}; expected one "
-                       f"of {anchors_lib.ANCHOR_SELECTIONS}.")
     self.affine = augment_lib.Affine.parse(augment or ())
     self.seed = int(seed)
     self.num_clusters = None if num_clusters is None else int(num_clusters)
@@ -137,11 +128,8 @@ class DDLSC(keras.Model):
     del input_shape  # encoder and decoder are built on creation
 
   def compile(self, *args, **kwargs):
-    """`keras.Model.compile`, then builds the optimizer for the trainable
-    variables. Keras otherwise builds it on the first `apply_gradients`,
-    inside the traced train step (when no distribution strategy is set),
-    and variables made in a trace have TensorFlow trace the step a second
-    time. The graph that runs is the same either way."""
+    """`keras.Model.compile`, then builds the optimizer: built inside the
+    traced step instead, its variables make TensorFlow trace it twice."""
     super().compile(*args, **kwargs)
     if self.optimizer is not None and not self.optimizer.built:
       self.optimizer.build(self.trainable_variables)
@@ -189,12 +177,8 @@ class DDLSC(keras.Model):
     `predict` would copy all of them into its own dataset first.
 
     With `copies` > 0 (ours) an image's row is the mean of its unit latent
-    and the unit latents of that many random affine copies of it, drawn as
-    the training copies are (`augment`): the average over the variants the
-    copies' anchors taught the encoder to map together. The copies depend
-    on `seed`, the copy's number and the image's position only, so every
-    call draws the same ones. Rows are then not unit vectors; every use
-    normalises them.
+    and those of that many random affine copies (`augment.copies_mean`),
+    the same copies for the same seed; rows are then not unit vectors.
     """
     copies = int(copies)
     if copies < 0:
@@ -267,12 +251,10 @@ class DDLSC(keras.Model):
              input_signature=None, **kwargs):
     """Exports a SavedModel whose default `serve` endpoint is `self.serve`.
 
-    `serve` takes float32 images in [0, 1] [N, H, W, C]; `serve_uint8`
-    takes uint8 images in 0-255 of the same shape. Both return
-    {"embedding", "cluster", "scores"}. The first is also the SavedModel's
-    "serving_default" signature. Load it with plain
-    `tf.saved_model.load(filepath)`; no ddlsc_tf import is needed.
-    Other formats fall back to `keras.Model.export`.
+    `serve` (also "serving_default") takes float32 images in [0, 1]
+    [N, H, W, C], `serve_uint8` uint8 ones; both return {"embedding",
+    "cluster", "scores"}. `tf.saved_model.load(filepath)` loads it without
+    ddlsc_tf. Other formats fall back to `keras.Model.export`.
     """
     if format != "tf_saved_model" or input_signature is not None:
       return super().export(filepath, format=format, verbose=verbose,
