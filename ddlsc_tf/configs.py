@@ -16,6 +16,9 @@ from ddlsc_tf import augment as augment_lib
 PHASES = ("pretrain", "cluster1", "cluster2")
 ANCHOR_SELECTIONS = anchors.ANCHOR_SELECTIONS  # the per-batch anchor rules
 CLUSTER_INITS = ("kmeans", "spectral")
+# Pre-training's objective: eq. 6, or L_r alone (the classic auto-encoder
+# baseline the paper argues against).
+PRETRAIN_LOSSES = ("discriminative", "reconstruction")
 # How stage II chooses S each outer iteration (see `cluster.py`).
 CLUSTER2_ASSIGNMENTS = ("nearest", "balanced", "refresh")
 # The affine copies' largest (rotation °, scale, shear, shift px): ours.
@@ -41,6 +44,7 @@ class Config:
   # --- Pre-training (Algorithm 1, eq. 5-6) ---
   batch_size: int = 1000              # |B| (section 4.2), both phases
   pretrain_epochs: int = 50           # "< 50 epochs" (section 4.2)
+  pretrain_loss: str = "discriminative"  # PRETRAIN_LOSSES
   knn_k: int = 10                     # ours: per-batch kNN graph's k
   anchor_fraction: float = 0.3        # ours: kNN pairs kept as anchors
   anchor_selection: str = "similarity"  # or "rank": see losses.anchor_mask
@@ -170,7 +174,8 @@ def _check(c):
         f"{c.paddings}, pools {c.pools}), got {c.image_size}.")
   if c.channels not in (None, 1, 3):
     raise ValueError(f"channels must be 1 or 3, got {c.channels}.")
-  for name, allowed in (("anchor_selection", ANCHOR_SELECTIONS),
+  for name, allowed in (("pretrain_loss", PRETRAIN_LOSSES),
+                        ("anchor_selection", ANCHOR_SELECTIONS),
                         ("cluster_init", CLUSTER_INITS),
                         ("cluster2_assignment", CLUSTER2_ASSIGNMENTS)):
     if getattr(c, name) not in allowed:
@@ -239,8 +244,31 @@ COIL100 = COIL20.replace(
 FOLDER = Config(dataset="folder", num_clusters=10, anchor_selection="rank",
                 image_size=32, batch_size=256, recalibrate_batch_norm=True)
 
+# The paper's method as written (sections 3-4, Algorithms 1-2): random
+# batches, the most similar kNN pairs as anchors, eq. 5, hard S by the
+# nearest centroid, L_c, L_w and L_b. Its own values are the defaults.
+MNIST_PAPER = Config(dataset="mnist", num_clusters=10)
+COIL20_PAPER = Config(
+    dataset="coil20", num_clusters=20,
+    encoder_filters=COIL20.encoder_filters, paddings=COIL20.paddings,
+    pools=COIL20.pools, decoder_filters=COIL20.decoder_filters,
+    batch_size=500,               # |B| = 500 (section 4.3)
+    lambda_d=4.0,                 # "set to 4 and decreased to 1" (4.3)
+    pretrain_epochs=COIL20.pretrain_epochs,  # ours: the paper gives none
+    eval_every=COIL20.eval_every)
+COIL100_PAPER = COIL20_PAPER.replace(
+    dataset="coil100", num_clusters=100,
+    encoder_filters=COIL100.encoder_filters,  # d = 500 (section 4.3)
+    batch_size=1000,              # |B| = 1000 (section 4.3)
+    pretrain_epochs=COIL100.pretrain_epochs)  # ours, as the preset's
+
 PRESETS = {"mnist": MNIST, "tiny": TINY, "coil20": COIL20,
-           "coil100": COIL100, "folder": FOLDER}
+           "coil100": COIL100, "folder": FOLDER, "mnist_paper": MNIST_PAPER,
+           "coil20_paper": COIL20_PAPER, "coil100_paper": COIL100_PAPER}
+# MNIST's test split alone (development data): MNIST's presets on it.
+PRESETS.update({
+    name.replace("mnist", "mnist_test"): PRESETS[name].replace(
+        dataset="mnist_test") for name in ("mnist", "mnist_paper")})
 FOLDER_PREFIX = "folder:"
 
 

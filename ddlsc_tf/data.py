@@ -56,6 +56,9 @@ class DatasetSpec(NamedTuple):
 DATASETS = {
     "mnist": DatasetSpec(builder="mnist", split="train+test", num_classes=10,
                          image_size=(28, 28), channels=1),
+    # Development data: MNIST's 10,000-image test split alone.
+    "mnist_test": DatasetSpec(builder="mnist", split="test", num_classes=10,
+                              image_size=(28, 28), channels=1),
     # 128x128 down-sampled to 32x32 (section 4.3); label = object id - 1.
     "coil20": DatasetSpec(builder="coil20", split="train", num_classes=20,
                           image_size=(32, 32), channels=1,
@@ -174,12 +177,12 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
     if spec.archive is not None:
       sources.check_manual_archive(builder, spec.archive, manual_dir)
     elif manual_dir is not None:
-      sources.check_manual_files(dataset, manual_dir)
+      sources.check_manual_files(spec.builder, manual_dir)
     downloads = manual_dir is None or (spec.manual_builder is not None
                                        and builder.name == spec.builder)
     if downloads:
       # Before TFDS's minutes of retries.
-      sources.check_download(dataset, data_dir, spec.archive)
+      sources.check_download(spec.builder, data_dir, spec.archive)
     before = sources.temp_downloads(builder)
     try:
       builder.download_and_prepare(

@@ -24,6 +24,7 @@ PHASES = configs.PHASES
 @dataclasses.dataclass(frozen=True)
 class PretrainLoss:
   """Eq. 6, L_d + λ L_r, and the anchors that L_d (also stage I's) uses."""
+  objective: str = "discriminative"    # or "reconstruction": L_r alone
   knn_k: int = 10                      # the per-batch kNN graph's k
   anchor_fraction: float = 0.3         # kNN pairs kept as anchors
   anchor_selection: str = "similarity"  # anchors.ANCHOR_SELECTIONS
@@ -31,6 +32,11 @@ class PretrainLoss:
   alpha: float = 0.1                   # α of eq. 3 (ours: "α < 1")
   lambda_r: float = 1e-3               # λ of eq. 6, L_r's weight everywhere
   lambda_g: float = 0.0                # the anchor groups' mean push
+
+  def __post_init__(self):
+    if self.objective not in ("discriminative", "reconstruction"):
+      raise ValueError(f"objective must be discriminative or reconstruction,"
+                       f" got {self.objective!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,6 +342,8 @@ class DDLSC(keras.Model):
       total, l_d, l_r = losses.pretrain_loss(
           x=x, z=z, x_hat=x_hat, anchors=anchors, alpha=p.alpha,
           lambda_r=p.lambda_r, anchor_power=p.anchor_power)
+      if p.objective == "reconstruction":  # L_d only watched
+        total = l_r
       values = (total, l_d, l_r)
       if p.lambda_g:
         l_g = losses.group_mean_push_loss(z=z, groups=groups)

@@ -7,6 +7,7 @@ result.json records `environment()`.
 
 import os
 import platform
+import subprocess
 
 import keras
 import numpy as np
@@ -70,3 +71,21 @@ def environment():
           "cpu": cpu(), "cpu_count": os.cpu_count(),
           "onednn": onednn_enabled(),
           "gpus": len(tf.config.list_physical_devices("GPU"))}
+
+
+def commit():
+  """The short git commit of the source tree ("+": ddlsc_tf/ or
+  experiments/ has uncommitted changes), or None outside a checkout."""
+  folder = os.path.dirname(os.path.abspath(__file__))
+  try:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder,
+                          capture_output=True, text=True, check=True,
+                          timeout=10).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain",
+                            "--untracked-files=no", "--", "ddlsc_tf",
+                            "experiments"],
+                           cwd=os.path.dirname(folder), capture_output=True,
+                           text=True, check=True, timeout=10).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return head + ("+" if dirty else "")

@@ -43,7 +43,8 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC):
       decoder_filters=config.decoder_filters,
       num_clusters=config.num_clusters,
       pretrain=model_lib.PretrainLoss(
-          knn_k=config.knn_k, anchor_fraction=config.anchor_fraction,
+          objective=config.pretrain_loss, knn_k=config.knn_k,
+          anchor_fraction=config.anchor_fraction,
           anchor_selection=config.anchor_selection,
           anchor_power=config.anchor_power, lambda_r=config.lambda_r,
           lambda_g=config.lambda_g),

@@ -43,6 +43,8 @@ HELP = {
                        "conv (one fewer than the encoder's).",
     "batch_size": "Images per batch |B| in every phase.",
     "pretrain_epochs": "Pre-training epochs (Algorithm 1), at most.",
+    "pretrain_loss": "Pre-training's objective: discriminative (eq. 6) or "
+                     "reconstruction (L_r alone, the classic baseline).",
     "knn_k": "Neighbours per image in each batch's kNN graph on raw pixels.",
     "anchor_fraction": "Fraction in (0, 1] of the batch's kNN pairs kept as "
                        "anchor pairs.",
