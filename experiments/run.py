@@ -12,8 +12,11 @@ from experiments import config_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("dataset", "mnist",
-                    "The preset and its data: mnist, coil20, coil100, tiny, "
-                    "or folder:PATH (a folder of images or a .npy array).")
+                    "The preset and its data: mnist, coil20, coil100, the "
+                    "paper's method as written (mnist_paper, coil20_paper, "
+                    "coil100_paper), mnist_test and mnist_test_paper (MNIST's"
+                    " test split), tiny, or folder:PATH (a folder of images "
+                    "or a .npy array).")
 flags.DEFINE_string("workdir", None,
                     "Folder for the run's outputs (created if missing).",
                     required=True)

@@ -436,7 +436,7 @@ def test_estimator_groups_batches_only_when_they_sample_the_data(batch, n,
 
 def test_every_config_field_has_a_help_sentence():
   names = [f.name for f in dataclasses.fields(configs.Config)]
-  assert len(names) <= 40
+  assert len(names) <= 41  # 40 at the v1 layout, + pretrain_loss (ablation)
   assert sorted(config_flags.HELP) == sorted(set(names) - {"dataset"})
   for name in names:
     if name == "dataset":  # run.py's own --dataset flag
