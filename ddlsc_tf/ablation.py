@@ -151,7 +151,8 @@ def rung_record(rung, seed, result, *, pretrained=None, owner=None):
   source = phases.get("pretrain", pretrained)
   record = {"rung": rung, "seed": seed, "pretrained_in": owner,
             "pretrain": None, "pretrain_averaged": None,
-            "final": dict(result["final"])}
+            "final": dict(result["final"]),
+            "commit": result.get("environment", {}).get("commit")}
   if source is not None:
     averaged = "plain_acc" in source
     record["pretrain"] = _scores(source, "plain_" if averaged else "")
@@ -203,7 +204,8 @@ def run_rung(dataset, rung, seed, root, *, data_dir=None, manual_dir=None,
     scores = checkpoints.read_json(path)
     return {"rung": rung, "seed": seed, "pretrained_in": None,
             "pretrain": None, "pretrain_averaged": None,
-            "final": _scores(scores), "seconds": scores["seconds"]}
+            "final": _scores(scores), "commit": scores.get("commit"),
+            "seconds": scores["seconds"]}
   pretrained, init_from = None, None
   if owner is not None:
     owner_dir = os.path.join(root, owner, f"seed{seed}")

@@ -13,6 +13,7 @@ from ddlsc_tf import data
 from ddlsc_tf import metrics
 from ddlsc_tf import model as model_lib
 from ddlsc_tf import partitions
+from ddlsc_tf import provenance
 
 
 def embed_copies(config, phase):
@@ -124,5 +125,6 @@ def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):
   return {"dataset": config.dataset, "seed": config.seed,
           "num_examples": int(len(images)),
           "seconds": round(time.time() - start, 2),
+          "commit": provenance.commit(),
           **({} if labels is None else
              metrics.clustering_scores(labels, assignments))}

@@ -43,6 +43,9 @@ config_flags.define_data_flags()
 config_flags.define_overrides(skip=("dataset", "seed"))
 
 
+_LOCAL_FLAGS = ("--root", "--out", "--data_dir", "--manual_dir")
+
+
 def _seeds(values):
   try:
     return [int(v) for v in values]
@@ -64,7 +67,9 @@ def main(argv):
                          data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
                          overrides=config_flags.changes())
   summary["provenance"] = {
-      "command": "python -m experiments.ablation " + " ".join(sys.argv[1:]),
+      # Where the data and runs are kept is left out: it is this machine's.
+      "command": "python -m experiments.ablation " + " ".join(
+          a for a in sys.argv[1:] if not a.startswith(_LOCAL_FLAGS)),
       "commit": provenance.commit(), "started": started,
       "environment": provenance.environment()}
   checkpoints.write_json_atomic(out, summary)

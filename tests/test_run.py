@@ -66,6 +66,7 @@ def test_result_json_is_complete(smoke):
                                                keras.__version__)
   assert env["cpu"] and env["cpu_count"] >= 1
   assert env["onednn"] in (True, False, None)
+  assert env["commit"] is None or len(env["commit"].rstrip("+")) >= 7
   assert list(result["phases"]) == ["pretrain", "cluster1", "cluster2"]
   pretrain = result["phases"]["pretrain"]
   assert pretrain["epochs"] == TINY.pretrain_epochs == 2
