@@ -185,6 +185,22 @@ def test_the_harness_runs_resumes_and_writes_its_table(tmp_path,
   assert table.startswith("| rung |") and "| softmax |" in table
   assert "| rung |" in done.stdout
 
+  # A rung that ran every phase itself is read as such, whatever the
+  # ladder would share now.
+  alone = tmp_path / "alone"
+  _ablation(alone, tfds_data_dir, mnist_manual_dir, "--seeds=0",
+            "--rungs=softmax")
+  _ablation(alone, tfds_data_dir, mnist_manual_dir, "--seeds=0",
+            "--rungs=pull,softmax")
+  both = json.loads((alone / "mnist_test" / "ablation_mnist_test.json")
+                    .read_text())["records"]
+  assert both[1]["pretrained_in"] is None
+  alone_result = json.loads((alone / "mnist_test" / "softmax" / "seed0" /
+                             "result.json").read_text())
+  assert list(alone_result["phases"]) == ["pretrain", "cluster1", "cluster2"]
+  # Same config, same seed: its own pre-training is pull's, to the digit.
+  assert both[1]["pretrain"] == both[0]["pretrain"]
+
   # Run again: the finished runs are read, not repeated.
   stamps = {p: p.stat().st_mtime for p in root.glob("*/seed0/*.json")}
   assert len(stamps) == 9  # result.json of each, config.json of 4
@@ -211,5 +227,5 @@ def test_summary_gives_each_rungs_statistics_over_its_seeds():
   assert acc["mean"] == pytest.approx(0.7)
   assert acc["std"] == pytest.approx(np.std([0.8, 0.9, 0.4]))
   assert (acc["median"], acc["worst"]) == (0.8, 0.4)
-  assert summary["rungs"][1]["seconds"]["mean"] == pytest.approx(120.0)
+  assert summary["rungs"][1]["seconds"]["mean"] == pytest.approx(720.0)
   assert summary["rungs"][1]["pretrain"] is None
