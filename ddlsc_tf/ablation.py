@@ -175,7 +175,7 @@ def _finished(workdir, config):
 
 
 def run_rung(dataset, rung, seed, root, *, data_dir=None, manual_dir=None,
-             owner=None, overrides=None, verbose="auto"):
+             owner=None, overrides=None, verbose="auto", run_missing=True):
   """Runs (or resumes, or reads when finished) one rung of one seed.
 
   Args:
@@ -188,15 +188,19 @@ def run_rung(dataset, rung, seed, root, *, data_dir=None, manual_dir=None,
       this rung's stages start from, or None to run every phase.
     overrides: {Config field: value} applied to the rung's config.
     verbose: Keras progress output.
+    run_missing: False: only read a finished run.
 
   Returns:
-    `rung_record`'s dict.
+    `rung_record`'s dict; None when the run is not finished and
+    `run_missing` is False.
   """
   config = rung_config(dataset, rung, seed, overrides)
   workdir = os.path.join(root, rung, f"seed{seed}")
   if rung == RAW:
     path = os.path.join(workdir, "result.json")
     if not os.path.exists(path):
+      if not run_missing:
+        return None
       os.makedirs(workdir, exist_ok=True)
       scores = evaluation.raw_kmeans_baseline(
           config, data_dir=data_dir, manual_dir=manual_dir)
@@ -212,13 +216,19 @@ def run_rung(dataset, rung, seed, root, *, data_dir=None, manual_dir=None,
   pretrained, init_from = None, None
   if owner is not None:
     owner_dir = os.path.join(root, owner, f"seed{seed}")
-    pretrained = checkpoints.read_json(
-        os.path.join(owner_dir, "result.json"))["phases"]["pretrain"]
+    owner_result = _finished(owner_dir,
+                             rung_config(dataset, owner, seed, overrides))
+    if owner_result is None:
+      raise ValueError(f"rung {rung} starts from {owner}'s pre-training, "
+                       f"which is not finished in {owner_dir}.")
+    pretrained = owner_result["phases"]["pretrain"]
     init_from = os.path.join(owner_dir, "pretrain.keras")
     config = config.replace(
         phases=tuple(p for p in config.phases if p != "pretrain"))
   result = _finished(workdir, config)
   if result is None:
+    if not run_missing:
+      return None
     logging.info("ablation %s: rung %s, seed %d, in %s", dataset, rung, seed,
                  workdir)
     result = train.train_and_evaluate(
@@ -242,9 +252,10 @@ def owners(dataset, names, overrides=None):
 
 
 def run(dataset, names, seeds, root, *, data_dir=None, manual_dir=None,
-        overrides=None, verbose="auto"):
+        overrides=None, verbose="auto", run_missing=True):
   """Runs the rungs `names` (in ladder order) for each seed into
-  ROOT/RUNG/seedS; returns their summary (`summarize`)."""
+  ROOT/RUNG/seedS; returns their summary (`summarize`). With
+  `run_missing` False it runs nothing and summarizes the finished runs."""
   ladder = rungs(dataset)
   unknown = [n for n in names if n not in ladder]
   if unknown or not names:
@@ -258,9 +269,20 @@ def run(dataset, names, seeds, root, *, data_dir=None, manual_dir=None,
   records = []
   for seed in seeds:
     for name in names:
-      records.append(run_rung(dataset, name, seed, root, data_dir=data_dir,
-                              manual_dir=manual_dir, owner=shared[name],
-                              overrides=overrides, verbose=verbose))
+      owner = shared[name]
+      if not run_missing and owner is not None and run_rung(
+          dataset, owner, seed, root, overrides=overrides,
+          run_missing=False) is None:
+        owner = None  # its own full run, if it has one
+      record = run_rung(dataset, name, seed, root, data_dir=data_dir,
+                        manual_dir=manual_dir, owner=owner,
+                        overrides=overrides, verbose=verbose,
+                        run_missing=run_missing)
+      if record is not None:
+        records.append(record)
+  if not records:
+    raise ValueError(f"no finished run of rungs {names}, seeds {list(seeds)}"
+                     f" in {root}.")
   summary = summarize(dataset, records)
   summary["overrides"] = dict(overrides or {})
   summary["seconds_this_call"] = round(time.time() - start, 1)

@@ -39,6 +39,10 @@ flags.DEFINE_string("root", "workdirs/ablation",
 flags.DEFINE_string("out", None,
                     "Where the JSON goes (default: ROOT/D/ablation_D.json); "
                     "the Markdown table goes beside it as .md.")
+flags.DEFINE_bool("collect", False,
+                  "Run nothing: write the JSON and table from the runs "
+                  "already finished under --root (any rungs and seeds "
+                  "missing are left out).")
 config_flags.define_data_flags()
 config_flags.define_overrides(skip=("dataset", "seed"))
 
@@ -65,7 +69,8 @@ def main(argv):
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
   summary = ablation.run(FLAGS.dataset, names, _seeds(FLAGS.seeds), root,
                          data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
-                         overrides=config_flags.changes())
+                         overrides=config_flags.changes(),
+                         run_missing=not FLAGS.collect)
   summary["provenance"] = {
       # Where the data and runs are kept is left out: it is this machine's.
       "command": "python -m experiments.ablation " + " ".join(

@@ -208,6 +208,12 @@ def test_the_harness_runs_resumes_and_writes_its_table(tmp_path,
   assert {p: p.stat().st_mtime for p in stamps} == stamps
   again = json.loads((root / "ablation_mnist_test.json").read_text())
   assert again["records"] == summary["records"]
+  # --collect runs nothing: seed 1 has no finished run, so it is left out.
+  _ablation(tmp_path, tfds_data_dir, mnist_manual_dir, "--seeds=0,1", rungs,
+            "--collect")
+  assert not (root / "recon" / "seed1").exists()
+  collected = json.loads((root / "ablation_mnist_test.json").read_text())
+  assert collected["records"] == summary["records"]
 
 
 def _record(rung, seed, acc, pretrain=None):
