@@ -86,7 +86,8 @@ def _final_cell(row):
   cell = _mean_std(acc)
   if len(acc["seeds"]) > 1:
     cell += f", median {acc['median']:.3f}, worst {acc['worst']:.3f}"
-  return f"{cell} (seeds {_seeds(row['seeds'])})"
+  label = "seed" if len(row["seeds"]) == 1 else "seeds"
+  return f"{cell} ({label} {_seeds(row['seeds'])})"
 
 
 def results_table(summaries):

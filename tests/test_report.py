@@ -72,7 +72,7 @@ def test_results_table_shows_paper_faithful_preset_and_baseline():
   # A rung not run shows a dash, not a number from elsewhere.
   paper_only = ablation.summarize("coil100", [_record("paper", 10, 0.8)])
   row = report.results_table([paper_only]).splitlines()[2]
-  assert row == "| COIL-100 | 0.903 | 0.8000 (seeds 10) | – | – |"
+  assert row == "| COIL-100 | 0.903 | 0.8000 (seed 10) | – | – |"
 
 
 def test_fill_replaces_only_the_named_blocks():
