@@ -14,51 +14,16 @@ import tensorflow as tf
 from ddlsc_tf import anchors as anchors_lib
 from ddlsc_tf import augment as augment_lib
 from ddlsc_tf import configs
+from ddlsc_tf import loss_settings
 from ddlsc_tf import losses
 from ddlsc_tf import networks
 
 PACKAGE = "ddlsc_tf"
 PHASES = configs.PHASES
-
-
-@dataclasses.dataclass(frozen=True)
-class PretrainLoss:
-  """Eq. 6, L_d + λ L_r, and the anchors that L_d (also stage I's) uses."""
-  objective: str = "discriminative"    # or "reconstruction": L_r alone
-  knn_k: int = 10                      # the per-batch kNN graph's k
-  anchor_fraction: float = 0.3         # kNN pairs kept as anchors
-  anchor_selection: str = "similarity"  # anchors.ANCHOR_SELECTIONS
-  anchor_power: float = 1.0            # q of the anchor pull (1 - C)^q
-  alpha: float = 0.1                   # α of eq. 3 (ours: "α < 1")
-  lambda_r: float = 1e-3               # λ of eq. 6, L_r's weight everywhere
-  lambda_g: float = 0.0                # the anchor groups' mean push
-
-  def __post_init__(self):
-    if self.objective not in ("discriminative", "reconstruction"):
-      raise ValueError(f"objective must be discriminative or reconstruction,"
-                       f" got {self.objective!r}.")
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage1Loss:
-  """Eq. 8: −L_c + λ_d L_d + λ_r L_r."""
-  lambda_d: float = 1.0                # the start of its schedule
-  softmax_scale: float = 0.0           # > 0: fit S by a softmax (ours)
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage2Loss:
-  """Eq. 11: −L_c − λ_w L_w + λ_b L_b + λ_r L_r."""
-  lambda_w: float = 0.3
-  lambda_b: float = 1.0
-  softmax_scale: float = 0.0           # > 0: fit S by a softmax (ours)
-
-
-def _settings(kind, value):
-  """A settings object from itself, a dict (a saved config) or None."""
-  if value is None:
-    return kind()
-  return kind(**value) if isinstance(value, dict) else value
+# Each phase's loss settings (`loss_settings`), as callers name them.
+PretrainLoss = loss_settings.PretrainLoss
+Stage1Loss = loss_settings.Stage1Loss
+Stage2Loss = loss_settings.Stage2Loss
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -95,9 +60,9 @@ class DDLSC(keras.Model):
     self.decoder_filters = tuple(decoder_filters)
     self.pools = (True,) * len(self.encoder_filters) if pools is None else (
         tuple(bool(p) for p in pools))
-    self.pretrain = _settings(PretrainLoss, pretrain)
-    self.stage1 = _settings(Stage1Loss, stage1)
-    self.stage2 = _settings(Stage2Loss, stage2)
+    self.pretrain = loss_settings.from_value(PretrainLoss, pretrain)
+    self.stage1 = loss_settings.from_value(Stage1Loss, stage1)
+    self.stage2 = loss_settings.from_value(Stage2Loss, stage2)
     self.affine = augment_lib.Affine.parse(augment or ())
     self.seed = int(seed)
     self.num_clusters = None if num_clusters is None else int(num_clusters)
