@@ -19,11 +19,11 @@ import os
 import time
 
 from absl import logging
-import numpy as np
 
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import evaluation
+from ddlsc_tf import metrics
 from ddlsc_tf import train
 
 RAW, RECON, PAPER = "raw", "recon", "paper"
@@ -289,13 +289,6 @@ def run(dataset, names, seeds, root, *, data_dir=None, manual_dir=None,
   return summary
 
 
-def _stats(values):
-  v = np.asarray(values, float)
-  return {"mean": float(v.mean()), "std": float(v.std()),
-          "median": float(np.median(v)), "worst": float(v.min()),
-          "seeds": [float(x) for x in v]}
-
-
 def summarize(dataset, records):
   """{"dataset", "rungs": [{"rung", "what", "seeds", "pretrain",
   "pretrain_averaged", "final", "seconds"}], "records"}: per rung, each
@@ -311,8 +304,9 @@ def summarize(dataset, records):
            "pretrained_in": mine[0]["pretrained_in"]}
     for part in ("pretrain", "pretrain_averaged", "final"):
       have = [r[part] for r in mine if r[part] is not None]
-      row[part] = ({k: _stats([h[k] for h in have]) for k in have[0]}
+      row[part] = ({k: metrics.seed_stats([h[k] for h in have])
+                    for k in have[0]}
                    if len(have) == len(mine) else None)
-    row["seconds"] = _stats([r["seconds"] for r in mine])
+    row["seconds"] = metrics.seed_stats([r["seconds"] for r in mine])
     table.append(row)
   return {"dataset": dataset, "rungs": table, "records": records}

@@ -5,6 +5,7 @@ model's score, and the raw-pixel k-means baseline."""
 import os
 import time
 
+import numpy as np
 from sklearn import cluster as sklearn_cluster
 
 from ddlsc_tf import checkpoints
@@ -109,6 +110,14 @@ def evaluate_saved(model_path, *, changes=None, data_dir=None,
           "seconds": round(time.time() - start, 2)}
 
 
+def raw_kmeans(images, num_clusters, seed):
+  """[N] clusters of k-means on the raw pixels of images [N, ...]
+  (Euclidean, as the paper's 54% on MNIST)."""
+  return sklearn_cluster.KMeans(
+      n_clusters=num_clusters, n_init=partitions.KMEANS_RESTARTS,
+      random_state=seed).fit_predict(np.reshape(images, (len(images), -1)))
+
+
 def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):
   """k-means on raw pixels (Euclidean, as the paper's 54% on MNIST).
 
@@ -118,10 +127,7 @@ def raw_kmeans_baseline(config, *, data_dir=None, manual_dir=None):
   images, labels = data.load_for(config, data_dir=data_dir,
                                  manual_dir=manual_dir)
   start = time.time()
-  km = sklearn_cluster.KMeans(n_clusters=config.num_clusters,
-                              n_init=partitions.KMEANS_RESTARTS,
-                              random_state=config.seed)
-  assignments = km.fit_predict(images.reshape(len(images), -1))
+  assignments = raw_kmeans(images, config.num_clusters, config.seed)
   return {"dataset": config.dataset, "seed": config.seed,
           "num_examples": int(len(images)),
           "seconds": round(time.time() - start, 2),

@@ -57,3 +57,12 @@ def clustering_scores(y_true, y_pred):
       "nmi": float(sk_metrics.normalized_mutual_info_score(y_true, y_pred)),
       "ari": float(sk_metrics.adjusted_rand_score(y_true, y_pred)),
   }
+
+
+def seed_stats(values):
+  """One figure over seeds: {"mean", "std" (population), "median",
+  "worst" (the lowest), "seeds" (each value, in order)}."""
+  v = np.asarray(values, float)
+  return {"mean": float(v.mean()), "std": float(v.std()),
+          "median": float(np.median(v)), "worst": float(v.min()),
+          "seeds": [float(x) for x in v]}

@@ -1,4 +1,5 @@
-"""Markdown tables from the ablation harness's JSON (`ablation.summarize`).
+"""Markdown tables from the harnesses' JSON (`ablation.summarize`,
+`suite.summarize`).
 
 RESULTS.md and the README hold these tables between marker lines,
 `<!-- table: NAME -->` and `<!-- end table -->`; `experiments.tables`
@@ -105,6 +106,27 @@ def results_table(summaries):
                        for rung in (ablation.PAPER, top, ablation.RECON))
     lines.append(f"| {NAMES[dataset]} | {PAPER_ACC[dataset]:.3f} | "
                  f"{cells} |")
+  return "\n".join(lines)
+
+
+def suite_table(summary):
+  """One row per suite set (`suite.summarize`): its size, raw-pixel
+  k-means' ACC, the defaults' ACC / NMI / ARI (mean ± std), their gain
+  over k-means in ACC points, the median and worst seed, the minutes a
+  fit costs."""
+  lines = ["| set | images | K | raw k-means ACC | defaults ACC | gain "
+           "(points) | NMI | ARI | median / worst ACC | seeds | min per "
+           "fit |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for row in summary["sets"]:
+    shape = "x".join(str(v) for v in row["image_shape"])
+    defaults, gain = row["defaults"], row["gain"]
+    lines.append(
+        f"| {row['set']}: {row['what']} | {row['num_examples']} ({shape}) | "
+        f"{row['num_clusters']} | {_mean_std(row['raw_kmeans']['acc'])} | "
+        f"{_mean_std(defaults['acc'])} | {100 * gain['mean']:+.1f} | "
+        f"{_mean_std(defaults['nmi'])} | {_mean_std(defaults['ari'])} | "
+        f"{_median_worst(defaults['acc'])} | {_seeds(row['seeds'])} | "
+        f"{_minutes(row['seconds'])} |")
   return "\n".join(lines)
 
 

@@ -5,7 +5,9 @@ r"""Rewrites the tables of RESULTS.md and README.md from results/*.json.
 
 Each `ablation_D.json` (what `experiments.ablation --out=...` wrote) fills
 the block `<!-- table: ablation_D -->` of RESULTS.md; all of them together
-fill `<!-- table: results -->` of both files (`ddlsc_tf.report`).
+fill `<!-- table: results -->` of both files; `suite*.json` (what
+`experiments.suite --out=...` wrote) fills `<!-- table: suite* -->`
+(`ddlsc_tf.report`).
 """
 
 import glob
@@ -22,7 +24,8 @@ from experiments import cli
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 flags.DEFINE_string("results", os.path.join(REPO, "results"),
-                    "Folder of the harness's ablation_D.json files.")
+                    "Folder of the harnesses' ablation_D.json and "
+                    "suite*.json files.")
 flags.DEFINE_list("files", [os.path.join(REPO, "RESULTS.md"),
                             os.path.join(REPO, "README.md")],
                   "Markdown files whose table blocks are rewritten.")
@@ -40,18 +43,27 @@ def load_summaries(folder):
   return [summaries[d] for d in ablation.DATASETS if d in summaries]
 
 
-def tables(summaries):
+def load_suites(folder):
+  """{block name: suite summary} of each suite*.json in `folder`."""
+  return {os.path.splitext(os.path.basename(path))[0]:
+          checkpoints.read_json(path)
+          for path in sorted(glob.glob(os.path.join(folder, "suite*.json")))}
+
+
+def tables(summaries, suites=None):
   """{block name: Markdown} for every block the summaries fill."""
   out = {f"ablation_{s['dataset']}": report.ablation_table(s) + "\n\n" +
          report.per_seed_lines(s) for s in summaries}
   if summaries:
     out["results"] = report.results_table(summaries)
+  out.update({name: report.suite_table(s)
+              for name, s in (suites or {}).items()})
   return out
 
 
 def main(argv):
   del argv
-  filled = tables(load_summaries(FLAGS.results))
+  filled = tables(load_summaries(FLAGS.results), load_suites(FLAGS.results))
   stale = []
   for path in FLAGS.files:
     with open(path, encoding="utf-8") as f:

@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
+import test_suite
 from ddlsc_tf import ablation
 from ddlsc_tf import report
+from ddlsc_tf import suite
 from experiments import tables
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,9 +90,12 @@ def test_the_script_rewrites_and_checks_tables(tmp_path):
   results = tmp_path / "results"
   results.mkdir()
   (results / "ablation_mnist_test.json").write_text(json.dumps(_fake()))
+  suite_summary = suite.summarize([test_suite.fake_record("digits_24", 0)])
+  (results / "suite_before.json").write_text(json.dumps(suite_summary))
   doc = tmp_path / "DOC.md"
   doc.write_text("# x\n<!-- table: ablation_mnist_test -->\n"
                  "<!-- end table -->\n<!-- table: results -->\nstale\n"
+                 "<!-- end table -->\n<!-- table: suite_before -->\n"
                  "<!-- end table -->\n")
 
   def script(*extra):
@@ -105,12 +110,14 @@ def test_the_script_rewrites_and_checks_tables(tmp_path):
   text = doc.read_text()
   assert report.ablation_table(_fake()) in text
   assert report.results_table([_fake()]) in text
+  assert report.suite_table(suite_summary) in text
   assert script("--check").returncode == 0
 
 
 def test_results_and_readme_tables_are_those_of_the_committed_json():
-  filled = tables.tables(tables.load_summaries(os.path.join(REPO,
-                                                            "results")))
+  folder = os.path.join(REPO, "results")
+  filled = tables.tables(tables.load_summaries(folder),
+                         tables.load_suites(folder))
   for name in ("RESULTS.md", "README.md"):
     with open(os.path.join(REPO, name), encoding="utf-8") as f:
       text = f.read()
