@@ -270,6 +270,8 @@ PRESETS.update({
     name.replace("mnist", "mnist_test"): PRESETS[name].replace(
         dataset="mnist_test") for name in ("mnist", "mnist_paper")})
 FOLDER_PREFIX = "folder:"
+# The presets an array of images may name (`for_images`): all but FOLDER's.
+ARRAY_PRESETS = tuple(name for name in PRESETS if name != "folder")
 
 
 def get_preset(name):
@@ -301,31 +303,44 @@ def from_saved(saved):
                    for k, v in saved.items()})
 
 
-def for_images(image_shape, *, num_clusters, num_examples, **overrides):
+def for_images(image_shape, *, num_clusters, num_examples, preset=None,
+               **overrides):
   """A config for arrays of images of `image_shape` (the estimator's).
 
-  28x28x1 images get MNIST's preset; others the paper's method with the
-  rank anchors, "same" paddings and enough last-layer filters for a latent
-  of >= 60 values. The batch is at most a quarter of the data, so every
-  epoch has several, and neighbour-grouped only when it is at most a tenth.
+  A named preset gives its own settings. Without one, 28x28x1 images get
+  MNIST's preset; others the paper's method with the rank anchors, "same"
+  paddings and enough last-layer filters for a latent of >= 60 values. The
+  batch is at most a quarter of the data, so every epoch has several, and
+  neighbour-grouped only when it is at most a tenth.
 
   Args:
     image_shape: (H, W, C), H and W >= 8.
     num_clusters: K.
     num_examples: N, the number of images to fit.
+    preset: a name of ARRAY_PRESETS, or None.
     **overrides: any Config field.
+
+  Raises:
+    ValueError: images under 8x8, or an unknown preset.
   """
   h, w, c = (int(v) for v in image_shape)
   if min(h, w) < 8:
     raise ValueError(f"images must be at least 8x8 (three 2x2 poolings), "
                      f"got {h}x{w}.")
+  changes = dict(dataset="array", num_clusters=num_clusters)
+  if preset is not None:
+    if preset not in ARRAY_PRESETS:
+      raise ValueError(f"unknown preset {preset!r}; expected one of "
+                       f"{list(ARRAY_PRESETS)} or None (the defaults).")
+    return sized_to_data(PRESETS[preset], num_examples, max_examples=None,
+                         **changes, **overrides)
   base = MNIST if (h, w, c) == (28, 28, 1) else Config(
       dataset="array", num_clusters=num_clusters, anchor_selection="rank",
       batch_neighbours=3, paddings=("same", "same", "same"),
       encoder_filters=(8, 8, max(15, -(-60 // ((h // 8) * (w // 8))))))
-  changes = dict(dataset="array", num_clusters=num_clusters,
-                 recalibrate_batch_norm=True)  # any number of steps
-  return sized_to_data(base, num_examples, **changes, **overrides)
+  return sized_to_data(base, num_examples, **changes,
+                       recalibrate_batch_norm=True,  # any number of steps
+                       **overrides)
 
 
 def sized_to_data(config, num_examples, **fixed):

@@ -30,7 +30,7 @@ _DERIVED = {"dataset", "num_clusters", "max_examples", "image_size",
 # Config fields that have an estimator parameter of another name.
 _RENAMED = {"seed": "random_state"}
 # The estimator's own parameters, besides the config overrides.
-_OWN = ("n_clusters", "random_state", "workdir", "verbose")
+_OWN = ("n_clusters", "preset", "random_state", "workdir", "verbose")
 # A run seeds k-means etc. with seed + phase index, which must stay below
 # 2**32 (NumPy's and scikit-learn's limit); 2**31 - 1 leaves room for that.
 _MAX_SEED = 2**31 - 1
@@ -89,6 +89,9 @@ class DDLSC:
 
   Args:
     n_clusters: K, the number of clusters (>= 2).
+    preset: None for the defaults, or a preset's name
+      (`configs.ARRAY_PRESETS`, e.g. "coil20") for its settings, sized to
+      the data.
     random_state: the run's seed (the config field `seed`): two fits with
       the same value on the same machine give the same model. None is taken
       as 0, so a fit is always seeded.
@@ -114,12 +117,13 @@ class DDLSC:
 
   predict_batch_size = 2000  # images per forward pass in predict/transform
 
-  def __init__(self, n_clusters=10, *, random_state=0, workdir=None,
-               verbose=0, **overrides):
+  def __init__(self, n_clusters=10, *, preset=None, random_state=0,
+               workdir=None, verbose=0, **overrides):
     _check_override_names(overrides)
     # Stored as given (validated in fit): clone checks each parameter
     # comes back as the very object it passed.
     self.n_clusters = n_clusters
+    self.preset = preset
     self.random_state = random_state
     self.workdir = workdir
     self.verbose = verbose
@@ -179,7 +183,7 @@ class DDLSC:
     config = configs.for_images(images.shape[1:],
                                 num_clusters=int(self.n_clusters),
                                 num_examples=len(images), seed=seed,
-                                **self._overrides)
+                                preset=self.preset, **self._overrides)
     # Before the workdir is touched: a refit that cannot run keeps the
     # earlier fit's outputs.
     train.check_config_for_data(config, len(images))

@@ -9,6 +9,7 @@ import pytest
 from sklearn import base as sk_base
 
 from ddlsc_tf import DDLSC
+from ddlsc_tf import configs
 
 # Short phases on tiny images: these tests check the conventions, not the
 # clustering.
@@ -37,8 +38,9 @@ def test_clone_gives_an_equal_unfitted_estimator(fitted):
   copy = sk_base.clone(fitted)
   assert type(copy) is DDLSC and copy is not fitted
   assert copy.get_params() == fitted.get_params()
-  assert copy.get_params() == {"n_clusters": 4, "random_state": 2,
-                               "workdir": None, "verbose": 0, **TINY}
+  assert copy.get_params() == {"n_clusters": 4, "preset": None,
+                               "random_state": 2, "workdir": None,
+                               "verbose": 0, **TINY}
   for attribute in ("model_", "labels_", "cluster_centers_", "config_",
                     "result_"):
     assert not hasattr(copy, attribute)
@@ -60,8 +62,9 @@ def test_get_params_set_params_round_trip():
   assert other.get_params() == estimator.get_params()
   assert repr(other) == repr(estimator)
   other.set_params(n_clusters=6, random_state=None, verbose=2, batch_size=8)
-  assert other.get_params() == {"n_clusters": 6, "random_state": None,
-                                "workdir": None, "verbose": 2, "lambda_r": 0.2,
+  assert other.get_params() == {"n_clusters": 6, "preset": None,
+                                "random_state": None, "workdir": None,
+                                "verbose": 2, "lambda_r": 0.2,
                                 "batch_size": 8}
 
 
@@ -75,6 +78,20 @@ def test_set_params_refuses_unknown_names_and_changes_nothing():
   # Set from the data, not by a parameter.
   with pytest.raises(ValueError, match=re.escape("['num_clusters']")):
     estimator.set_params(num_clusters=4)
+
+
+def test_a_named_preset_gives_its_settings_sized_to_the_data():
+  config = configs.for_images((32, 32, 1), num_clusters=7, num_examples=400,
+                              preset="coil20", knn_k=4)
+  expected = configs.COIL20.replace(
+      dataset="array", num_clusters=7, batch_size=100, knn_k=4)
+  assert config == expected  # a quarter of the data per batch; the override
+  assert DDLSC(preset="coil100").get_params()["preset"] == "coil100"
+  for name in ("folder", "cifar"):
+    with pytest.raises(ValueError, match=re.escape(
+        f"unknown preset {name!r}; expected one of ['mnist', 'tiny'")):
+      configs.for_images((32, 32, 1), num_clusters=3, num_examples=50,
+                         preset=name)
 
 
 def test_seed_points_to_random_state():
