@@ -8,6 +8,7 @@ k-means on the same raw pixels; labels only score. Defaults are chosen on
 development seeds (100-102) and reported on held-out seeds (10-14).
 """
 
+import json
 import os
 import time
 from typing import Callable, NamedTuple
@@ -119,20 +120,28 @@ def raw_kmeans_scores(images, labels, num_clusters, seed):
 
 
 def run_set(name, seed, root, *, data_dir=None, manual_root=None,
-            max_images=None, overrides=None):
-  """Fits the estimator with its defaults (and `overrides`) on one set and
-  seed, beside raw-pixel k-means; ROOT/NAME/seedS/result.json keeps the
-  record, and a finished one is read, not run again."""
+            max_images=None, preset=None, overrides=None):
+  """Fits the estimator with its defaults (or a named `preset`, and
+  `overrides`) on one set and seed, beside raw-pixel k-means;
+  ROOT/NAME/seedS/result.json keeps the record, and a finished one is read,
+  not run again."""
   path = os.path.join(root, name, f"seed{seed}", "result.json")
+  asked = {"preset": preset, "overrides": dict(overrides or {}),
+           "max_images": max_images}
   if os.path.exists(path):
-    return checkpoints.read_json(path)
+    record = checkpoints.read_json(path)
+    found = {key: record.get(key) for key in asked}
+    if found != json.loads(json.dumps(asked)):  # tuples are lists there
+      raise ValueError(f"{path} was fit with {found}, not {asked}: use "
+                       f"another root for other settings.")
+    return record
   images, labels = load_set(name, data_dir=data_dir, manual_root=manual_root,
                             max_images=max_images)
   k = int(len(np.unique(labels)))
   raw = raw_kmeans_scores(images, labels, k, seed)
   start = time.time()
-  fitted = estimator_lib.DDLSC(n_clusters=k, random_state=seed,
-                               **(overrides or {}))
+  fitted = estimator_lib.DDLSC(n_clusters=k, preset=preset,
+                               random_state=seed, **(overrides or {}))
   clusters = fitted.fit_predict(images, labels)
   record = {
       "set": name, "seed": seed, "num_examples": int(len(images)),
@@ -142,7 +151,7 @@ def run_set(name, seed, root, *, data_dir=None, manual_root=None,
                    for m in ("acc", "nmi", "ari")}
                   if "pretrain" in fitted.result_["phases"] else None,
       "raw_kmeans": raw, "seconds": round(time.time() - start, 1),
-      "overrides": dict(overrides or {}), "config": fitted.config_.to_dict(),
+      **asked, "config": fitted.config_.to_dict(),
       "commit": provenance.commit()}
   os.makedirs(os.path.dirname(path), exist_ok=True)
   checkpoints.write_json_atomic(path, record)
@@ -176,7 +185,7 @@ def summarize(records):
 
 
 def run(names, seeds, root, *, data_dir=None, manual_root=None,
-        max_images=None, overrides=None):
+        max_images=None, preset=None, overrides=None):
   """Runs every set of `names` for each seed; returns `summarize`'s dict."""
   unknown = [n for n in names if n not in SETS]
   if unknown or not names:
@@ -186,6 +195,6 @@ def run(names, seeds, root, *, data_dir=None, manual_root=None,
     raise ValueError("seeds is empty: name at least one seed.")
   records = [run_set(name, seed, root, data_dir=data_dir,
                      manual_root=manual_root, max_images=max_images,
-                     overrides=overrides)
+                     preset=preset, overrides=overrides)
              for name in SETS if name in names for seed in seeds]
   return summarize(records)

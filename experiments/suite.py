@@ -6,8 +6,9 @@ r"""The estimator's defaults on image sets no preset was tuned on.
 For each set of `ddlsc_tf.suite.SETS` and seed, fits
 `DDLSC(n_clusters=K)` with its defaults beside k-means on the raw pixels
 (resumable: finished fits are read), then writes ROOT/suite.json and its
-Markdown table ROOT/suite.md. Config flags change the defaults for every
-set, e.g. a smoke run: --max_images=200 --pretrain_epochs=1.
+Markdown table ROOT/suite.md. --preset=NAME fits a preset instead, and
+config flags change the settings for every set, e.g. a smoke run:
+--max_images=200 --pretrain_epochs=1.
 """
 
 import os
@@ -18,6 +19,7 @@ from absl import flags
 from absl import logging
 
 from ddlsc_tf import checkpoints
+from ddlsc_tf import configs
 from ddlsc_tf import provenance
 from ddlsc_tf import report
 from ddlsc_tf import suite
@@ -37,6 +39,9 @@ flags.DEFINE_string("manual_root", None,
                     "(mnist/, coil20/, coil100/), for offline use.")
 flags.DEFINE_string("data_dir", None, "Where TFDS keeps prepared data sets "
                     "(default: ~/tensorflow_datasets).")
+flags.DEFINE_enum("preset", None, list(configs.ARRAY_PRESETS),
+                  "Fit with this preset's settings instead of the "
+                  "defaults (the estimator's preset=).")
 flags.DEFINE_integer("max_images", None,
                      "Use N evenly spaced images of each set (a smoke run).")
 # What the estimator sets from the data, or takes as its own parameter.
@@ -58,7 +63,7 @@ def main(argv):
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
   summary = suite.run(FLAGS.sets, seeds, FLAGS.root, data_dir=FLAGS.data_dir,
                       manual_root=FLAGS.manual_root,
-                      max_images=FLAGS.max_images,
+                      max_images=FLAGS.max_images, preset=FLAGS.preset,
                       overrides=config_flags.changes())
   summary["provenance"] = {
       "command": "python -m experiments.suite " + " ".join(

@@ -137,3 +137,18 @@ def test_the_suite_fits_each_set_and_resumes(tmp_path, tfds_data_dir,
   assert len(stamps) == 2
   _suite(tmp_path, tfds_data_dir, manual_root)
   assert {p: p.stat().st_mtime for p in stamps} == stamps
+
+
+def test_a_finished_fit_is_read_only_with_the_same_settings(tmp_path):
+  folder = tmp_path / "digits_24" / "seed3"
+  folder.mkdir(parents=True)
+  record = {**fake_record("digits_24", 3), "preset": None,
+            "overrides": {"augment": [1.0, 0.0, 0.0, 0.0]},
+            "max_images": None}
+  (folder / "result.json").write_text(json.dumps(record))
+  read = suite.run_set("digits_24", 3, str(tmp_path),
+                       overrides={"augment": (1.0, 0.0, 0.0, 0.0)})
+  assert read == record  # no fit: the record as written
+  with pytest.raises(ValueError, match="use another root"):
+    suite.run_set("digits_24", 3, str(tmp_path), preset="coil20",
+                  overrides={"augment": (1.0, 0.0, 0.0, 0.0)})
