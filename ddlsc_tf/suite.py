@@ -142,14 +142,11 @@ def run_set(name, seed, root, *, data_dir=None, manual_root=None,
   start = time.time()
   fitted = estimator_lib.DDLSC(n_clusters=k, preset=preset,
                                random_state=seed, **(overrides or {}))
-  clusters = fitted.fit_predict(images, labels)
+  clusters = fitted.fit_predict(images)  # as a user fits: no labels
   record = {
       "set": name, "seed": seed, "num_examples": int(len(images)),
       "image_shape": list(images.shape[1:]), "num_clusters": k,
       "defaults": metrics.clustering_scores(labels, clusters),
-      "pretrain": {m: fitted.result_["phases"]["pretrain"][m]
-                   for m in ("acc", "nmi", "ari")}
-                  if "pretrain" in fitted.result_["phases"] else None,
       "raw_kmeans": raw, "seconds": round(time.time() - start, 1),
       **asked, "config": fitted.config_.to_dict(),
       "commit": provenance.commit()}
