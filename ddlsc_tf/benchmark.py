@@ -12,6 +12,10 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
+# TF's cost model of a graph's floating-point operations (the profiler's
+# registered per-op counts); TF 2 has no public API for it.
+from tensorflow.python.profiler import model_analyzer
+from tensorflow.python.profiler import option_builder
 
 from ddlsc_tf import cluster
 from ddlsc_tf import data
@@ -52,6 +56,34 @@ def _step_runner(model, batch):
     # Block until the step is done (results are lazily materialised).
     return {k: float(v) for k, v in logs.items()}
   return run
+
+
+def graph_flops(fn, *specs):
+  """Floating-point operations of one call of `fn` on tensors of `specs`
+  (tf.TensorSpec with static shapes), by TF's cost model: matmuls and
+  convolutions (and their gradients) count 2 per multiply-add, element-wise
+  ops one per element; ops of unknown shape count 0."""
+  graph = tf.function(fn).get_concrete_function(*specs).graph
+  options = option_builder.ProfileOptionBuilder.float_operation()
+  options["output"] = "none"
+  return int(model_analyzer.profile(graph, options=options).total_float_ops)
+
+
+def step_flops(model, batch):
+  """Floating-point operations of one train step of `model.phase` on
+  `batch` (a tuple of tensors), counted on a trace, not run."""
+  specs = [tf.TensorSpec(t.shape, t.dtype) for t in batch]
+  return graph_flops(lambda *b: model.train_step(tuple(b)), *specs)
+
+
+def matmul_flops_per_s(n=2048, repeats=5):
+  """The machine's float32 peak as TensorFlow reaches it: an n x n matmul's
+  2 n^3 operations over its median seconds."""
+  a = tf.random.stateless_normal([n, n], seed=[0, 1])
+  product = tf.function(lambda x: tf.reduce_sum(tf.linalg.matmul(x, x)))
+  seconds = _median_seconds(lambda: float(product(a)), warmup=1,
+                            repeats=repeats)
+  return 2.0 * n**3 / seconds
 
 
 class ReconOnlyDDLSC(model_lib.DDLSC):
@@ -182,6 +214,9 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
       [_step_runner(model, (x, y)), _step_runner(recon_only, (x, y))],
       warmup=warmup, repeats=3 * repeats)
   result["pretrain_examples_per_s"] = b / pretrain_s
+  result["pretrain_step_flops"] = step_flops(model, (x, y))
+  result["pretrain_flops_per_s"] = result["pretrain_step_flops"] / pretrain_s
+  result["matmul_flops_per_s"] = matmul_flops_per_s()
   result["recon_only_examples_per_s"] = b / recon_s
   result["pretrain_over_recon_time"] = pretrain_s / recon_s
 

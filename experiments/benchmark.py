@@ -1,8 +1,11 @@
 r"""Speed benchmark: `python -m experiments.benchmark --dataset=mnist`.
 
 Prints a table and writes benchmark.json (--out) with
-pretrain_examples_per_s, recon_only_examples_per_s, cluster1_examples_per_s,
-cluster2_examples_per_s, eval_seconds, peak_rss_bytes and more.
+pretrain_examples_per_s, pretrain_step_flops (TF's count of one step's
+operations), pretrain_flops_per_s against matmul_flops_per_s (the machine's
+float32 peak as a large matmul reaches it), recon_only_examples_per_s,
+cluster1_examples_per_s, cluster2_examples_per_s, eval_seconds,
+peak_rss_bytes and more.
 """
 
 import os
@@ -47,6 +50,13 @@ def main(argv):
   result["dataset"] = config.dataset
   result["num_examples"] = int(len(images))
   rows = [("pre-training step", f"{result['pretrain_examples_per_s']:,.0f} ex/s"),
+          ("pre-training step, counted operations",
+           f"{result['pretrain_step_flops'] / 1e9:.2f} GFLOP"),
+          ("pre-training step, achieved",
+           f"{result['pretrain_flops_per_s'] / 1e9:.1f} GFLOP/s = "
+           f"{result['pretrain_flops_per_s'] / result['matmul_flops_per_s']:.1%}"
+           f" of a large matmul's {result['matmul_flops_per_s'] / 1e9:.0f}"
+           f" GFLOP/s"),
           ("reconstruction-only step",
            f"{result['recon_only_examples_per_s']:,.0f} ex/s"),
           ("time ratio pretrain / recon-only",

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from ddlsc_tf import benchmark
 from ddlsc_tf import configs
@@ -14,7 +15,9 @@ def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs):
                                    repeats=2, eval_repeats=1)
   for key in ("pretrain_examples_per_s", "recon_only_examples_per_s",
               "cluster1_examples_per_s", "cluster2_examples_per_s",
-              "eval_seconds", "peak_rss_bytes", "pretrain_epoch_seconds"):
+              "eval_seconds", "peak_rss_bytes", "pretrain_epoch_seconds",
+              "pretrain_step_flops", "pretrain_flops_per_s",
+              "matmul_flops_per_s"):
     assert np.isfinite(result[key]) and result[key] > 0, key
   assert np.isclose(result["pretrain_over_recon_time"],
                     result["recon_only_examples_per_s"]
@@ -23,6 +26,16 @@ def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs):
   assert benchmark.compare_losses(reference, reference)["match"]
   changed = {k: v * 1.01 for k, v in reference.items()}
   assert not benchmark.compare_losses(changed, reference)["match"]
+
+
+def test_flops_are_tfs_count_of_the_traced_graph():
+  spec = lambda *shape: tf.TensorSpec(shape, tf.float32)  # noqa: E731
+  assert benchmark.graph_flops(tf.linalg.matmul, spec(8, 16),
+                               spec(16, 4)) == 2 * 8 * 16 * 4
+  # A 3x3 convolution: 2 operations per multiply-add of each output value.
+  conv = lambda x, k: tf.nn.conv2d(x, k, 1, "SAME")  # noqa: E731
+  assert benchmark.graph_flops(conv, spec(2, 10, 10, 3),
+                               spec(3, 3, 3, 5)) == 2 * 2 * 10 * 10 * 5 * 27
 
 
 @pytest.mark.parametrize("labelled, repeats, message", [
