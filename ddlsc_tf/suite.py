@@ -120,11 +120,11 @@ def raw_kmeans_scores(images, labels, num_clusters, seed):
 
 
 def run_set(name, seed, root, *, data_dir=None, manual_root=None,
-            max_images=None, preset=None, overrides=None):
+            max_images=None, preset=None, overrides=None, run_missing=True):
   """Fits the estimator with its defaults (or a named `preset`, and
   `overrides`) on one set and seed, beside raw-pixel k-means;
   ROOT/NAME/seedS/result.json keeps the record, and a finished one is read,
-  not run again."""
+  not run again. With `run_missing` False a fit not finished gives None."""
   path = os.path.join(root, name, f"seed{seed}", "result.json")
   asked = {"preset": preset, "overrides": dict(overrides or {}),
            "max_images": max_images}
@@ -135,6 +135,8 @@ def run_set(name, seed, root, *, data_dir=None, manual_root=None,
       raise ValueError(f"{path} was fit with {found}, not {asked}: use "
                        f"another root for other settings.")
     return record
+  if not run_missing:
+    return None
   images, labels = load_set(name, data_dir=data_dir, manual_root=manual_root,
                             max_images=max_images)
   k = int(len(np.unique(labels)))
@@ -182,8 +184,10 @@ def summarize(records):
 
 
 def run(names, seeds, root, *, data_dir=None, manual_root=None,
-        max_images=None, preset=None, overrides=None):
-  """Runs every set of `names` for each seed; returns `summarize`'s dict."""
+        max_images=None, preset=None, overrides=None, run_missing=True):
+  """Runs every set of `names` for each seed; returns `summarize`'s dict.
+  With `run_missing` False it runs nothing and summarizes the finished
+  fits."""
   unknown = [n for n in names if n not in SETS]
   if unknown or not names:
     raise ValueError(f"unknown suite sets {unknown or list(names)}; "
@@ -192,6 +196,11 @@ def run(names, seeds, root, *, data_dir=None, manual_root=None,
     raise ValueError("seeds is empty: name at least one seed.")
   records = [run_set(name, seed, root, data_dir=data_dir,
                      manual_root=manual_root, max_images=max_images,
-                     preset=preset, overrides=overrides)
+                     preset=preset, overrides=overrides,
+                     run_missing=run_missing)
              for name in SETS if name in names for seed in seeds]
+  records = [r for r in records if r is not None]
+  if not records:
+    raise ValueError(f"no finished fit of sets {list(names)}, seeds "
+                     f"{list(seeds)} in {root}.")
   return summarize(records)

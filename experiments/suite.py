@@ -42,6 +42,10 @@ flags.DEFINE_string("data_dir", None, "Where TFDS keeps prepared data sets "
 flags.DEFINE_enum("preset", None, list(configs.ARRAY_PRESETS),
                   "Fit with this preset's settings instead of the "
                   "defaults (the estimator's preset=).")
+flags.DEFINE_bool("collect", False,
+                  "Fit nothing: write the JSON and table from the fits "
+                  "already finished under --root (the others are left "
+                  "out).")
 flags.DEFINE_integer("max_images", None,
                      "Use N evenly spaced images of each set (a smoke run).")
 # What the estimator sets from the data, or takes as its own parameter.
@@ -64,7 +68,8 @@ def main(argv):
   summary = suite.run(FLAGS.sets, seeds, FLAGS.root, data_dir=FLAGS.data_dir,
                       manual_root=FLAGS.manual_root,
                       max_images=FLAGS.max_images, preset=FLAGS.preset,
-                      overrides=config_flags.changes())
+                      overrides=config_flags.changes(),
+                      run_missing=not FLAGS.collect)
   summary["provenance"] = {
       "command": "python -m experiments.suite " + " ".join(
           a for a in sys.argv[1:] if not a.startswith(_LOCAL_FLAGS)),

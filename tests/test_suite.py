@@ -72,6 +72,8 @@ def test_unknown_sets_and_empty_seeds_are_named():
     suite.run(["cifar"], [0], "/nonexistent")
   with pytest.raises(ValueError, match="seeds"):
     suite.run(["digits_24"], [], "/nonexistent")
+  with pytest.raises(ValueError, match="no finished fit"):
+    suite.run(["digits_24"], [0], "/nonexistent", run_missing=False)
 
 
 def fake_record(name, seed, acc=0.9, raw=0.8):
@@ -102,10 +104,11 @@ _SMOKE = ["--max_images=120", "--pretrain_epochs=1", "--embed_copies=0",
           "--min_steps_per_iteration=1"]
 
 
-def _suite(root, data_dir, manual_root):
+def _suite(root, data_dir, manual_root, *extra):
   cmd = [sys.executable, "-m", "experiments.suite",
          "--sets=digits_24,mnist_rotated", "--seeds=0", f"--root={root}",
-         f"--data_dir={data_dir}", f"--manual_root={manual_root}", *_SMOKE]
+         f"--data_dir={data_dir}", f"--manual_root={manual_root}", *_SMOKE,
+         *extra]
   done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
                         timeout=900)
   assert done.returncode == 0, done.stderr[-3000:]
@@ -137,6 +140,11 @@ def test_the_suite_fits_each_set_and_resumes(tmp_path, tfds_data_dir,
   assert len(stamps) == 2
   _suite(tmp_path, tfds_data_dir, manual_root)
   assert {p: p.stat().st_mtime for p in stamps} == stamps
+  # --collect fits nothing: seed 1 has no finished fit, so it is left out.
+  _suite(tmp_path, tfds_data_dir, manual_root, "--seeds=0,1", "--collect")
+  assert not (tmp_path / "digits_24" / "seed1").exists()
+  collected = json.loads((tmp_path / "suite.json").read_text())
+  assert collected["records"] == summary["records"]
 
 
 def test_a_finished_fit_is_read_only_with_the_same_settings(tmp_path):
