@@ -177,8 +177,8 @@ def summarize(records):
                      for m in ("acc", "nmi", "ari")},
         "raw_kmeans": {m: metrics.seed_stats([r["raw_kmeans"][m] for r in mine])
                        for m in ("acc", "nmi", "ari")},
-        "gain": metrics.seed_stats([r["defaults"]["acc"] - r["raw_kmeans"]["acc"]
-                        for r in mine]),
+        "gain": metrics.seed_stats([r["defaults"]["acc"] -
+                                    r["raw_kmeans"]["acc"] for r in mine]),
         "seconds": metrics.seed_stats([r["seconds"] for r in mine])})
   return {"sets": rows, "records": records}
 

@@ -12,15 +12,11 @@ ROOT/D/ablation_D.json and its Markdown table ROOT/D/ablation_D.md.
 """
 
 import os
-import sys
 import time
 
 from absl import flags
-from absl import logging
 
 from ddlsc_tf import ablation
-from ddlsc_tf import checkpoints
-from ddlsc_tf import provenance
 from ddlsc_tf import report
 from experiments import cli
 from experiments import config_flags
@@ -50,13 +46,6 @@ config_flags.define_overrides(skip=("dataset", "seed"))
 _LOCAL_FLAGS = ("--root", "--out", "--data_dir", "--manual_dir")
 
 
-def _seeds(values):
-  try:
-    return [int(v) for v in values]
-  except ValueError:
-    raise ValueError(f"--seeds must be integers, got {values}.") from None
-
-
 def main(argv):
   del argv
   names = FLAGS.rungs or list(ablation.rungs(FLAGS.dataset))
@@ -67,24 +56,13 @@ def main(argv):
   root = os.path.join(FLAGS.root, FLAGS.dataset)
   out = FLAGS.out or os.path.join(root, f"ablation_{FLAGS.dataset}.json")
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-  summary = ablation.run(FLAGS.dataset, names, _seeds(FLAGS.seeds), root,
+  summary = ablation.run(FLAGS.dataset, names, cli.seeds(FLAGS.seeds), root,
                          data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
                          overrides=config_flags.changes(),
                          run_missing=not FLAGS.collect)
-  summary["provenance"] = {
-      # Where the data and runs are kept is left out: it is this machine's.
-      "command": "python -m experiments.ablation " + " ".join(
-          a for a in sys.argv[1:] if not a.startswith(_LOCAL_FLAGS)),
-      "commit": provenance.commit(), "started": started,
-      "environment": provenance.environment()}
-  checkpoints.write_json_atomic(out, summary)
-  table = report.ablation_table(summary)
-  checkpoints.write_text_atomic(os.path.splitext(out)[0] + ".md",
-                                table + "\n\n" +
-                                report.per_seed_lines(summary) + "\n")
-  print(table)
-  logging.info("wrote %s", out)
-
+  cli.write_summary(out, summary, report.ablation_table(summary),
+                    started=started, local_flags=_LOCAL_FLAGS,
+                    notes=report.per_seed_lines(summary))
 
 if __name__ == "__main__":
   cli.run(main)

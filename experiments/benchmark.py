@@ -49,14 +49,14 @@ def main(argv):
                                    repeats=FLAGS.repeats)
   result["dataset"] = config.dataset
   result["num_examples"] = int(len(images))
+  achieved, peak = (result["pretrain_flops_per_s"],
+                    result["matmul_flops_per_s"])
   rows = [("pre-training step", f"{result['pretrain_examples_per_s']:,.0f} ex/s"),
           ("pre-training step, counted operations",
            f"{result['pretrain_step_flops'] / 1e9:.2f} GFLOP"),
           ("pre-training step, achieved",
-           f"{result['pretrain_flops_per_s'] / 1e9:.1f} GFLOP/s = "
-           f"{result['pretrain_flops_per_s'] / result['matmul_flops_per_s']:.1%}"
-           f" of a large matmul's {result['matmul_flops_per_s'] / 1e9:.0f}"
-           f" GFLOP/s"),
+           f"{achieved / 1e9:.1f} GFLOP/s = {achieved / peak:.1%} of a "
+           f"large matmul's {peak / 1e9:.0f} GFLOP/s"),
           ("reconstruction-only step",
            f"{result['recon_only_examples_per_s']:,.0f} ex/s"),
           ("time ratio pretrain / recon-only",

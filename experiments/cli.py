@@ -7,7 +7,10 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 
+from ddlsc_tf import checkpoints
+from ddlsc_tf import provenance
 from ddlsc_tf import workdir
 
 flags.DEFINE_bool("traceback", False,
@@ -35,3 +38,30 @@ def run(main):
       sys.exit(1)
 
   app.run(wrapped)
+
+
+def seeds(values):
+  """--seeds as integers; a ValueError naming the flag otherwise."""
+  try:
+    return [int(v) for v in values]
+  except ValueError:
+    raise ValueError(f"--seeds must be integers, got {values}.") from None
+
+
+def write_summary(out, summary, table, *, started, local_flags, notes=""):
+  """Writes a harness's summary to OUT (JSON, with its command, commit, start
+  time and machine) and `table` (+ `notes`) beside it as .md; prints the
+  table. The command leaves out `local_flags`: where this machine keeps the
+  data and runs."""
+  script = os.path.basename(sys.argv[0]).removesuffix(".py")
+  summary["provenance"] = {
+      "command": f"python -m experiments.{script} " + " ".join(
+          a for a in sys.argv[1:] if not a.startswith(local_flags)),
+      "commit": provenance.commit(), "started": started,
+      "environment": provenance.environment()}
+  checkpoints.write_json_atomic(out, summary)
+  checkpoints.write_text_atomic(os.path.splitext(out)[0] + ".md",
+                                table + "\n" + (f"\n{notes}\n" if notes
+                                                else ""))
+  print(table)
+  logging.info("wrote %s", out)

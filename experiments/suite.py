@@ -12,15 +12,11 @@ config flags change the settings for every set, e.g. a smoke run:
 """
 
 import os
-import sys
 import time
 
 from absl import flags
-from absl import logging
 
-from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
-from ddlsc_tf import provenance
 from ddlsc_tf import report
 from ddlsc_tf import suite
 from experiments import cli
@@ -58,10 +54,7 @@ _LOCAL_FLAGS = ("--root", "--out", "--data_dir", "--manual_root")
 
 def main(argv):
   del argv
-  try:
-    seeds = [int(s) for s in FLAGS.seeds]
-  except ValueError:
-    raise ValueError(f"--seeds must be integers, got {FLAGS.seeds}.") from None
+  seeds = cli.seeds(FLAGS.seeds)
   if FLAGS.max_images is not None and FLAGS.max_images < 2:
     raise ValueError(f"--max_images must be >= 2, got {FLAGS.max_images}.")
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -70,19 +63,9 @@ def main(argv):
                       max_images=FLAGS.max_images, preset=FLAGS.preset,
                       overrides=config_flags.changes(),
                       run_missing=not FLAGS.collect)
-  summary["provenance"] = {
-      "command": "python -m experiments.suite " + " ".join(
-          a for a in sys.argv[1:] if not a.startswith(_LOCAL_FLAGS)),
-      "commit": provenance.commit(), "started": started,
-      "environment": provenance.environment()}
-  out = FLAGS.out or os.path.join(FLAGS.root, "suite.json")
-  checkpoints.write_json_atomic(out, summary)
-  table = report.suite_table(summary)
-  checkpoints.write_text_atomic(os.path.splitext(out)[0] + ".md",
-                                table + "\n")
-  print(table)
-  logging.info("wrote %s", out)
-
+  cli.write_summary(FLAGS.out or os.path.join(FLAGS.root, "suite.json"),
+                    summary, report.suite_table(summary), started=started,
+                    local_flags=_LOCAL_FLAGS)
 
 if __name__ == "__main__":
   cli.run(main)
