@@ -303,15 +303,26 @@ def from_saved(saved):
                    for k, v in saved.items()})
 
 
+# The estimator's recipe for images no preset names (ours): the paper's
+# method with the rank anchors and "same" paddings; `for_images` sizes the
+# last layer and the pre-training budget to the data.
+GENERAL = Config(dataset="array", num_clusters=10, anchor_selection="rank",
+                 batch_neighbours=3, paddings=("same", "same", "same"),
+                 recalibrate_batch_norm=True)  # any number of steps
+GENERAL_LATENT = 60            # the last layer's filters give d >= this
+GENERAL_PRETRAIN_STEPS = 1000  # pre-training's optimizer steps, any N
+
+
 def for_images(image_shape, *, num_clusters, num_examples, preset=None,
                **overrides):
   """A config for arrays of images of `image_shape` (the estimator's).
 
-  A named preset gives its own settings. Without one, 28x28x1 images get
-  MNIST's preset; others the paper's method with the rank anchors, "same"
-  paddings and enough last-layer filters for a latent of >= 60 values. The
-  batch is at most a quarter of the data, so every epoch has several, and
-  neighbour-grouped only when it is at most a tenth.
+  A named preset gives its own settings. Without one, GENERAL, with
+  enough last-layer filters for a latent of >= GENERAL_LATENT values and
+  GENERAL_PRETRAIN_STEPS optimizer steps of pre-training whatever N is,
+  scored once at their end. Either way the batch is at most a quarter of
+  the data, so every epoch has several, and neighbour-grouped only when it
+  is at most a tenth.
 
   Args:
     image_shape: (H, W, C), H and W >= 8.
@@ -323,7 +334,7 @@ def for_images(image_shape, *, num_clusters, num_examples, preset=None,
   Raises:
     ValueError: images under 8x8, or an unknown preset.
   """
-  h, w, c = (int(v) for v in image_shape)
+  h, w, _ = (int(v) for v in image_shape)
   if min(h, w) < 8:
     raise ValueError(f"images must be at least 8x8 (three 2x2 poolings), "
                      f"got {h}x{w}.")
@@ -334,13 +345,16 @@ def for_images(image_shape, *, num_clusters, num_examples, preset=None,
                        f"{list(ARRAY_PRESETS)} or None (the defaults).")
     return sized_to_data(PRESETS[preset], num_examples, max_examples=None,
                          **changes, **overrides)
-  base = MNIST if (h, w, c) == (28, 28, 1) else Config(
-      dataset="array", num_clusters=num_clusters, anchor_selection="rank",
-      batch_neighbours=3, paddings=("same", "same", "same"),
-      encoder_filters=(8, 8, max(15, -(-60 // ((h // 8) * (w // 8))))))
-  return sized_to_data(base, num_examples, **changes,
-                       recalibrate_batch_norm=True,  # any number of steps
-                       **overrides)
+  cells = (h // 8) * (w // 8)  # the latent's positions after 3 poolings
+  base = GENERAL.replace(encoder_filters=(
+      8, 8, max(15, -(-GENERAL_LATENT // cells))))
+  config = sized_to_data(base, num_examples, **changes, **overrides)
+  if "pretrain_epochs" in overrides:
+    return config
+  steps_per_epoch = max(1, num_examples // config.batch_size)
+  epochs = -(-GENERAL_PRETRAIN_STEPS // steps_per_epoch)
+  return config.replace(pretrain_epochs=epochs,
+                        eval_every=overrides.get("eval_every", epochs))
 
 
 def sized_to_data(config, num_examples, **fixed):
