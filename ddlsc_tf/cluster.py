@@ -12,8 +12,8 @@ spectral clustering). Then each outer iteration of a stage:
      (−L_c + λ_d L_d + λ_r L_r, λ_d scheduled down to 1), stage II on
      eq. 11 (−L_c − λ_w L_w + λ_b L_b + λ_r L_r).
 
-A checkpoint after every epoch holds S, so a resumed iteration trains on
-the assignments it started with.
+A checkpoint at epoch ends (`workdir.Run.save_epoch`) holds S, so a resumed
+iteration trains on the assignments it started with.
 """
 
 import time
@@ -235,10 +235,10 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
   start = time.time() - s["seconds"]
 
   def checkpoint(epochs_done):
-    run.save({"phase": phase, "iteration": iteration, "epoch": epochs_done,
-              "iteration_end": iteration_end, "previous_l_c": previous_l_c,
-              "history": history, "seconds": time.time() - start},
-             assignments=assignments)
+    run.save_epoch({"phase": phase, "iteration": iteration,
+                    "epoch": epochs_done, "iteration_end": iteration_end,
+                    "previous_l_c": previous_l_c, "history": history,
+                    "seconds": time.time() - start}, assignments=assignments)
 
   try:
     while True:

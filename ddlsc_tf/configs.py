@@ -53,7 +53,8 @@ class Config:
   pretrain_tolerance: float = 0.0     # Algorithm 1's ε on L_d (0: off)
   batch_neighbours: int = 0           # m neighbours drawn per batch seed
   augment: Tuple[float, ...] = ()     # copies as anchors (COPIES), all phases
-  anchor_groups: bool = False         # same-group pairs are anchors too
+  anchor_groups: Optional[bool] = False  # same-group pairs are anchors
+  #   too; None: when the data's chains look like pose circles (neighbours)
   lambda_g: float = 0.0               # push between anchor-group means
   recalibrate_batch_norm: bool = False  # batch-norm statistics over the data
   # --- Clustering (Algorithm 2, eq. 7-11) ---
@@ -303,12 +304,18 @@ def from_saved(saved):
                    for k, v in saved.items()})
 
 
-# The estimator's recipe for images no preset names (ours): the paper's
-# method with the rank anchors and "same" paddings; `for_images` sizes the
-# last layer and the pre-training budget to the data.
-GENERAL = Config(dataset="array", num_clusters=10, anchor_selection="rank",
-                 batch_neighbours=3, paddings=("same", "same", "same"),
-                 recalibrate_batch_norm=True)  # any number of steps
+# The estimator's recipe for images no preset names (ours, chosen on the
+# development suite `ddlsc_tf.suite`); `for_images` sizes the last layer
+# and the pre-training budget to the data.
+GENERAL = Config(
+    dataset="array", num_clusters=10,
+    paddings=("same", "same", "same"),  # any image size
+    anchor_selection="rank", batch_neighbours=3,
+    augment=COPIES,               # each image and its copy are anchors
+    anchor_groups=None,           # when the chains look like pose circles
+    recalibrate_batch_norm=True,  # any number of steps
+    softmax_scale=10.0,           # S fit by a softmax over the centroids
+    vote_rounds=5)                # S smoothed by a kNN vote on the pixels
 GENERAL_LATENT = 60            # the last layer's filters give d >= this
 GENERAL_PRETRAIN_STEPS = 1000  # pre-training's optimizer steps, any N
 

@@ -220,6 +220,12 @@ def knn_vote(assignments, neighbours, *, num_clusters, rounds):
   return current
 
 
+# Anchor groups decided from the data: on when the chains close into at most
+# this many groups per cluster (COIL-20 at 16x16: 1.05, COIL-100 in gray:
+# 1.23; scikit-learn's digits: 7.1, MNIST's test split: 88).
+CHAINS_PER_CLUSTER = 2
+
+
 class Tables:
   """A run's whole-data neighbour tables, each computed once per run (and
   again on resume: on the same machine the same table).
@@ -253,6 +259,27 @@ class Tables:
                  len(sizes), len(self.images), sizes.max(),
                  (sizes == 1).sum())
     return groups
+
+  def chosen_groups(self, num_clusters, setting):
+    """(groups [N] or None, choice): the anchor groups a run uses.
+
+    `setting` is `configs.Config.anchor_groups`: True or False (choice
+    None), or None to decide from the data (ours): groups when the
+    mutual-neighbour chains close into at most CHAINS_PER_CLUSTER groups
+    per cluster, as COIL's pose circles do; scattered chains would join
+    classes through their bridges. The choice is result.json's record:
+    {"used", "groups", "why"}.
+    """
+    if setting is not None:
+      return (self.groups(num_clusters) if setting else None), None
+    groups = self.groups(num_clusters)
+    count = int(groups.max()) + 1
+    used = count <= CHAINS_PER_CLUSTER * num_clusters
+    why = (f"{count} mutual-neighbour groups for K={num_clusters}: "
+           f"{'at most' if used else 'more than'} {CHAINS_PER_CLUSTER}K")
+    logging.info("anchor groups %s: %s", "on" if used else "off", why)
+    return (groups if used else None), {"used": used, "groups": count,
+                                        "why": why}
 
   def vote(self, assignments, *, num_clusters, rounds, z=None):
     """S smoothed by `rounds` kNN votes (0: S itself) over the shift-tolerant

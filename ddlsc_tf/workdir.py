@@ -4,8 +4,9 @@ result).
 
 DIR/config.json and DIR/result.json, DIR/<phase>.keras after each phase,
 DIR/model.keras and the SavedModel DIR/export at the end, DIR/tb for
-TensorBoard, the pictures, and DIR/checkpoint/ after every epoch so that a
-killed run continues with `resume=True` where it stopped.
+TensorBoard, the pictures, and DIR/checkpoint/ at every phase's end and
+every 10 s of epochs, so that a killed run continues with `resume=True`
+near where it stopped.
 """
 
 import errno
@@ -13,12 +14,16 @@ import fcntl
 import glob
 import os
 import shutil
+import time
 
 import keras
 
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 
+# The least time between two epochs' checkpoints (a phase's end always
+# saves).
+EPOCH_CHECKPOINT_SECONDS = 10.0
 # What a run writes in its workdir; overwrite removes exactly these.
 _RUN_OUTPUTS = ("config.json", "result.json", "checkpoint", "tb", "export",
                 "model.keras") + tuple(f"{p}.keras" for p in configs.PHASES)
@@ -174,6 +179,7 @@ class Run:
     self.result, self.done = result, done
     self.tables, self.data = tables, data
     self.stop_requested = False
+    self._saved_at = time.monotonic()
 
   def save(self, phase_state, assignments=None):
     """A checkpoint: the model, where `phase_state` says the phase is, the
@@ -182,6 +188,15 @@ class Run:
         self.model, dict(phase_state, result=self.result,
                           done=list(self.done), data=self.data),
         assignments=assignments)
+    self._saved_at = time.monotonic()
+
+  def save_epoch(self, phase_state, assignments=None):
+    """`save` at an epoch's end, when the last checkpoint is at least
+    EPOCH_CHECKPOINT_SECONDS old or a stop was asked for: a small data
+    set's epochs last a fraction of a second, its checkpoints longer."""
+    if self.stop_requested or (time.monotonic() - self._saved_at >=
+                               EPOCH_CHECKPOINT_SECONDS):
+      self.save(phase_state, assignments)
 
   def check_stop(self):
     """Raises RunInterrupted when a stop was asked for (call it right after

@@ -63,7 +63,8 @@ HELP = {
                "(pixels) of an anchored copy of each image; empty: no "
                "copies.",
     "anchor_groups": "Make every pair of one mutual-neighbour group an "
-                     "anchor in pre-training.",
+                     "anchor in pre-training (the estimator's defaults "
+                     "decide from the data).",
     "lambda_g": "Weight of the push between anchor groups' mean directions "
                 "in pre-training; needs anchor_groups.",
     "recalibrate_batch_norm": "Set batch-norm statistics from the whole "

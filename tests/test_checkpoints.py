@@ -13,6 +13,7 @@ import pytest
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import train
+from ddlsc_tf import workdir as workdir_lib
 
 
 def test_failed_json_write_keeps_the_old_file_and_no_temp(tmp_path):
@@ -106,3 +107,26 @@ def test_export_logs_no_info_and_puts_the_levels_back(tmp_path, caplog):
   assert os.path.isfile(tmp_path / "export" / "saved_model.pb")
   assert [r.getMessage() for r in caplog.records
           if r.levelno < logging.WARNING] == []
+
+
+def test_epoch_checkpoints_wait_for_their_interval_unless_a_stop_is_asked(
+    monkeypatch):
+  saved = []
+
+  class Recorder:
+    def save(self, model, state, assignments=None):
+      saved.append(state["epoch"])
+
+  clock = [100.0]
+  monkeypatch.setattr(workdir_lib.time, "monotonic", lambda: clock[0])
+  run = workdir_lib.Run(None, "unused", verbose=0, checkpointer=Recorder(),
+                        result={}, done=[], tables=None, data=None)
+  interval = workdir_lib.EPOCH_CHECKPOINT_SECONDS
+  run.save_epoch({"epoch": 1})               # younger than the interval
+  clock[0] += interval
+  run.save_epoch({"epoch": 2})               # the interval has passed
+  run.save_epoch({"epoch": 3})
+  run.stop_requested = True
+  run.save_epoch({"epoch": 4})               # a stop always saves
+  run.save({"epoch": 5})                     # a phase's end always saves
+  assert saved == [2, 4, 5]

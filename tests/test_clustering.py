@@ -493,6 +493,7 @@ def test_resumed_spectral_stage_one_keeps_the_held_partition(tmp_path,
   config = _SPECTRAL_STAGE_ONE
   _, whole = _run(config, x, labels, tmp_path / "whole")
   save = workdir_lib.Run.save
+  monkeypatch.setattr(workdir_lib, "EPOCH_CHECKPOINT_SECONDS", 0.0)
 
   def save_then_die(run, state, assignments=None):
     save(run, state, assignments=assignments)

@@ -94,6 +94,28 @@ def test_a_named_preset_gives_its_settings_sized_to_the_data():
                          preset=name)
 
 
+@pytest.mark.parametrize("shape, n, filters, batch, epochs", [
+    ((28, 28, 1), 10000, 15, 1000, 100),   # 3x3 cells x 15 = 135 >= 60
+    ((28, 28, 1), 70000, 15, 1000, 15),    # 70 steps an epoch
+    ((16, 16, 1), 1440, 15, 360, 250),     # 2x2 x 15 = 60
+    ((8, 8, 3), 400, 60, 100, 250),        # 1x1 x 60
+    ((24, 40, 1), 1797, 15, 449, 250)])    # 3x5 x 15
+def test_the_defaults_are_one_recipe_with_a_budget_in_steps(
+    shape, n, filters, batch, epochs):
+  config = configs.for_images(shape, num_clusters=10, num_examples=n)
+  # Whatever the shape (28x28x1 too): GENERAL, sized to the data.
+  assert config == configs.GENERAL.replace(
+      encoder_filters=(8, 8, filters), batch_size=batch,
+      pretrain_epochs=epochs, eval_every=epochs,
+      batch_neighbours=3 if n >= 10 * batch else 0)
+  steps = epochs * (n // batch)
+  assert configs.GENERAL_PRETRAIN_STEPS <= steps < (
+      configs.GENERAL_PRETRAIN_STEPS + n // batch)
+  # An epoch count the user gives is kept.
+  assert configs.for_images(shape, num_clusters=10, num_examples=n,
+                            pretrain_epochs=3).pretrain_epochs == 3
+
+
 def test_seed_points_to_random_state():
   message = re.escape("pass random_state=3")
   with pytest.raises(ValueError, match=message):

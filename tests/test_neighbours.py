@@ -173,3 +173,25 @@ def test_tables_compute_each_table_once_and_vote_on_them():
           rounds=1))
   assert (with_z != tables.vote(assignments, num_clusters=3,
                                 rounds=1)).any()
+
+
+def test_groups_decided_from_the_data_follow_how_the_chains_close():
+  # Two chains (as two pose circles) close into 2 groups for K = 2: on.
+  angles = np.concatenate([np.linspace(0.0, 0.5, 6),
+                           np.linspace(1.2, 1.7, 6)])
+  chains = np.stack([np.cos(angles), np.sin(angles)], 1).reshape(12, 1, 1, 2)
+  tables = neighbours.Tables((chains + 2.0).astype(np.float32), k=2)
+  groups, choice = tables.chosen_groups(2, None)
+  np.testing.assert_array_equal(groups, tables.groups(2))
+  assert choice == {"used": True, "groups": 2,
+                    "why": "2 mutual-neighbour groups for K=2: at most 2K"}
+  # Scattered points leave many small groups, more than 2K: off.
+  scattered = np.random.default_rng(3).random((40, 4, 4, 1))
+  groups, choice = neighbours.Tables(
+      scattered.astype(np.float32), k=2).chosen_groups(2, None)
+  assert groups is None and not choice["used"] and choice["groups"] > 4
+  assert "more than 2K" in choice["why"]
+  # A config that says on or off is obeyed, with nothing to record.
+  assert tables.chosen_groups(2, False) == (None, None)
+  on, choice = tables.chosen_groups(2, True)
+  assert choice is None and on is not None
