@@ -54,7 +54,7 @@ class Config:
   batch_neighbours: int = 0           # m neighbours drawn per batch seed
   augment: Tuple[float, ...] = ()     # copies as anchors (COPIES), all phases
   anchor_groups: Optional[bool] = False  # same-group pairs are anchors
-  #   too; None: when the data's chains look like pose circles (neighbours)
+  #   too; None: decided from the data with CHAINS (train.decide_from_data)
   lambda_g: float = 0.0               # push between anchor-group means
   recalibrate_batch_norm: bool = False  # batch-norm statistics over the data
   # --- Clustering (Algorithm 2, eq. 7-11) ---
@@ -305,17 +305,15 @@ def from_saved(saved):
 
 
 # The estimator's recipe for images no preset names (ours, chosen on the
-# development suite `ddlsc_tf.suite`); `for_images` sizes the last layer
-# and the pre-training budget to the data.
-GENERAL = Config(
-    dataset="array", num_clusters=10,
-    paddings=("same", "same", "same"),  # any image size
-    anchor_selection="rank", batch_neighbours=3,
-    augment=COPIES,               # each image and its copy are anchors
-    anchor_groups=None,           # when the chains look like pose circles
-    recalibrate_batch_norm=True,  # any number of steps
-    softmax_scale=10.0,           # S fit by a softmax over the centroids
-    vote_rounds=5)                # S smoothed by a kNN vote on the pixels
+# development suite `ddlsc_tf.suite`): MNIST's, for any image size, with
+# batch-norm statistics recalibrated and anchor groups left to the data;
+# `for_images` sizes the last layer and the pre-training budget to the data.
+GENERAL = MNIST.replace(
+    dataset="array", paddings=("same", "same", "same"), embed_copies=0,
+    recalibrate_batch_norm=True, anchor_groups=None)
+# What GENERAL adds for images that come in chains (`neighbours.Tables.
+# chains`): objects seen from every side, as COIL-20's preset does.
+CHAINS = dict(anchor_groups=True, cluster2_assignment="balanced")
 GENERAL_LATENT = 60            # the last layer's filters give d >= this
 GENERAL_PRETRAIN_STEPS = 1000  # pre-training's optimizer steps, any N
 

@@ -260,26 +260,16 @@ class Tables:
                  (sizes == 1).sum())
     return groups
 
-  def chosen_groups(self, num_clusters, setting):
-    """(groups [N] or None, choice): the anchor groups a run uses.
-
-    `setting` is `configs.Config.anchor_groups`: True or False (choice
-    None), or None to decide from the data (ours): groups when the
-    mutual-neighbour chains close into at most CHAINS_PER_CLUSTER groups
-    per cluster, as COIL's pose circles do; scattered chains would join
-    classes through their bridges. The choice is result.json's record:
-    {"used", "groups", "why"}.
-    """
-    if setting is not None:
-      return (self.groups(num_clusters) if setting else None), None
-    groups = self.groups(num_clusters)
-    count = int(groups.max()) + 1
-    used = count <= CHAINS_PER_CLUSTER * num_clusters
-    why = (f"{count} mutual-neighbour groups for K={num_clusters}: "
-           f"{'at most' if used else 'more than'} {CHAINS_PER_CLUSTER}K")
-    logging.info("anchor groups %s: %s", "on" if used else "off", why)
-    return (groups if used else None), {"used": used, "groups": count,
-                                        "why": why}
+  def chains(self, num_clusters):
+    """(whether the data come in chains, why): whether the mutual-neighbour
+    chains of the raw table close into at most CHAINS_PER_CLUSTER groups
+    per cluster (`groups`), as the pose circles of objects seen from every
+    side do; scattered chains (handwriting) leave many more."""
+    count = int(self.groups(num_clusters).max()) + 1
+    chains = count <= CHAINS_PER_CLUSTER * num_clusters
+    return chains, (f"{count} mutual-neighbour groups for K={num_clusters}"
+                    f": {'at most' if chains else 'more than'} "
+                    f"{CHAINS_PER_CLUSTER}K")
 
   def vote(self, assignments, *, num_clusters, rounds, z=None):
     """S smoothed by `rounds` kNN votes (0: S itself) over the shift-tolerant

@@ -142,17 +142,15 @@ def pretrain(model, images, labels, config, run, resume_state=None):
                run.stop_callback()]
   if config.pretrain_tolerance > 0:
     callbacks.insert(0, plateau)
-  groups, groups_choice = run.tables.chosen_groups(config.num_clusters,
-                                                   config.anchor_groups)
   dataset, steps = data.train_dataset(
       images, labels, batch_size=config.batch_size, seed=config.seed,
-      first_epoch=s["epoch"], epochs=config.pretrain_epochs, groups=groups,
+      first_epoch=s["epoch"], epochs=config.pretrain_epochs,
+      groups=(run.tables.groups(config.num_clusters)
+              if config.anchor_groups else None),
       neighbours=(run.tables.raw() if config.batch_neighbours else None),
       neighbours_per_seed=config.batch_neighbours)
   model.fit(dataset, steps_per_epoch=steps, initial_epoch=s["epoch"],
             epochs=config.pretrain_epochs, callbacks=callbacks,
             verbose=run.verbose, shuffle=False)  # the batches' own order
-  result = phase_result(evaluation_cb.history, epochs_done[0],
-                        evaluation_cb.seconds())
-  return {**result, "anchor_groups": groups_choice} if groups_choice else (
-      result)
+  return phase_result(evaluation_cb.history, epochs_done[0],
+                      evaluation_cb.seconds())

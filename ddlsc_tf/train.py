@@ -241,6 +241,25 @@ def _run_phase(model, images, labels, config, run, phase, resume_state):
                                assignments=assignments)
 
 
+def decide_from_data(config, tables, num_examples):
+  """(config, choice): a config that leaves anchor_groups to the data
+  (None, the general recipe's) with configs.CHAINS applied when the images
+  come in chains (`neighbours.Tables.chains`), anchor_groups off when not;
+  choice is result.json's record of it (None when nothing was left)."""
+  if config.anchor_groups is not None:
+    return config, None
+  chains, why = tables.chains(config.num_clusters)
+  changes = dict(configs.CHAINS) if chains else {"anchor_groups": False}
+  if (changes.get("cluster2_assignment") == "balanced"
+      and num_examples > partitions.MAX_BALANCED_POINTS):
+    del changes["cluster2_assignment"]
+    why += (f"; over {partitions.MAX_BALANCED_POINTS} images: no equal-size "
+            f"stage II")
+  logging.info("decided from the data: %s (%s)", changes, why)
+  return config.replace(**changes), {"chains": chains, "why": why,
+                                     "changes": changes}
+
+
 def run_phases(config, images, labels, workdir, *, init_from=None,
                verbose="auto", build=build_model, resume=False,
                pictures=True):
@@ -310,6 +329,9 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
                         data=fingerprint)
   if state is None:
     _log_hparams(workdir, config)
+  config, choice = decide_from_data(config, run.tables, len(images))
+  if choice:
+    result["decided_from_data"] = choice
   with _stop_on_sigterm(run):
     _run_all(model, images, labels, config, run, state, pictures)
     if not cluster.centroids_initialised(model):

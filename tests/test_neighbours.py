@@ -175,23 +175,44 @@ def test_tables_compute_each_table_once_and_vote_on_them():
                                 rounds=1)).any()
 
 
-def test_groups_decided_from_the_data_follow_how_the_chains_close():
-  # Two chains (as two pose circles) close into 2 groups for K = 2: on.
+def _chains_and_scattered():
   angles = np.concatenate([np.linspace(0.0, 0.5, 6),
                            np.linspace(1.2, 1.7, 6)])
   chains = np.stack([np.cos(angles), np.sin(angles)], 1).reshape(12, 1, 1, 2)
-  tables = neighbours.Tables((chains + 2.0).astype(np.float32), k=2)
-  groups, choice = tables.chosen_groups(2, None)
-  np.testing.assert_array_equal(groups, tables.groups(2))
-  assert choice == {"used": True, "groups": 2,
-                    "why": "2 mutual-neighbour groups for K=2: at most 2K"}
-  # Scattered points leave many small groups, more than 2K: off.
   scattered = np.random.default_rng(3).random((40, 4, 4, 1))
-  groups, choice = neighbours.Tables(
-      scattered.astype(np.float32), k=2).chosen_groups(2, None)
-  assert groups is None and not choice["used"] and choice["groups"] > 4
-  assert "more than 2K" in choice["why"]
-  # A config that says on or off is obeyed, with nothing to record.
-  assert tables.chosen_groups(2, False) == (None, None)
-  on, choice = tables.chosen_groups(2, True)
-  assert choice is None and on is not None
+  return (neighbours.Tables((chains + 2.0).astype(np.float32), k=2),
+          neighbours.Tables(scattered.astype(np.float32), k=2))
+
+
+def test_chains_are_told_from_scattered_points_by_their_groups():
+  # Two chains (as two pose circles) close into 2 groups for K = 2.
+  chains, scattered = _chains_and_scattered()
+  assert chains.chains(2) == (
+      True, "2 mutual-neighbour groups for K=2: at most 2K")
+  # Scattered points leave many small groups, more than 2K.
+  found, why = scattered.chains(2)
+  assert not found and "more than 2K" in why
+  assert int(why.split()[0]) == scattered.groups(2).max() + 1 > 4
+
+
+def test_the_general_recipe_applies_chains_only_to_chained_data():
+  from ddlsc_tf import configs, partitions, train  # pylint: disable=import-outside-toplevel
+  chains, scattered = _chains_and_scattered()
+  general = configs.GENERAL.replace(num_clusters=2, batch_size=4, knn_k=2,
+                                    batch_neighbours=0)
+  config, choice = train.decide_from_data(general, chains, 12)
+  assert config == general.replace(**configs.CHAINS)
+  assert choice == {"chains": True, "changes": configs.CHAINS,
+                    "why": "2 mutual-neighbour groups for K=2: at most 2K"}
+  config, choice = train.decide_from_data(general, scattered, 40)
+  assert config == general.replace(anchor_groups=False)
+  assert not choice["chains"] and choice["changes"] == {
+      "anchor_groups": False}
+  # Too many images for an exact equal-size assignment: groups alone.
+  config, choice = train.decide_from_data(
+      general, chains, partitions.MAX_BALANCED_POINTS + 1)
+  assert config.anchor_groups and config.cluster2_assignment == "nearest"
+  assert "no equal-size stage II" in choice["why"]
+  # A preset decides nothing.
+  assert train.decide_from_data(configs.COIL20, chains, 12) == (
+      configs.COIL20, None)
