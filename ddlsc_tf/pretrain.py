@@ -4,13 +4,16 @@ For every epoch, for every batch B: the kNN graph of B's raw images, its
 anchor pairs 𝒜_B, then one Adam step on L_d(Z) + λ L_r(X, X̂)
 (`DDLSC._pretrain_step`); stop after `pretrain_epochs`, or when L_d moves
 less than ε between epochs (`pretrain_tolerance`). Every `eval_every`
-epochs the whole latent is clustered by k-means and scored.
+epochs the latent is clustered by k-means and scored (a subsample until the
+last epoch).
 """
 
 import time
 
 from absl import logging
 import keras
+import numpy as np
+import tensorflow as tf
 
 from ddlsc_tf import data
 from ddlsc_tf import evaluation
@@ -38,11 +41,17 @@ class LossPlateauStop(keras.callbacks.Callback):
     self.previous = value
 
 
+# Progress scores before the last epoch's: k-means of the plain latent of
+# at most this many evenly spaced images (the full score is the last's).
+PROGRESS_IMAGES = 10000
+
+
 class EvaluationCallback(keras.callbacks.Callback):
-  """Every `eval_every` epochs (and after the last) scores the latent
-  (`evaluation.evaluate`) into the epoch logs, so the TensorBoard callback
-  after it records them, and keeps a history. `history` and
-  `seconds_before` carry a resumed phase's earlier part."""
+  """Every `eval_every` epochs scores the latent into the epoch logs, so the
+  TensorBoard callback after it records them, and keeps a history: before
+  the last epoch a progress score (PROGRESS_IMAGES, no copies), after it
+  `evaluation.evaluate` of the whole data. `history` and `seconds_before`
+  carry a resumed phase's earlier part."""
 
   def __init__(self, images, labels, config, *, epochs, history=(),
                seconds_before=0.0):
@@ -52,6 +61,10 @@ class EvaluationCallback(keras.callbacks.Callback):
     self.history = list(history)
     self.seconds_before = seconds_before
     self._start = None
+    n = len(images)
+    self._progress = (slice(None) if n <= PROGRESS_IMAGES else
+                      np.linspace(0, n - 1, PROGRESS_IMAGES).round().astype(
+                          np.int64))
 
   def on_train_begin(self, logs=None):
     self._start = time.time()
@@ -65,8 +78,14 @@ class EvaluationCallback(keras.callbacks.Callback):
     if self.labels is None or (done % self.config.eval_every and not last):
       return
     seconds = self.seconds()
-    scores = evaluation.evaluate(self.model, self.images, self.labels,
-                                 self.config)
+    if last:
+      scores = evaluation.evaluate(self.model, self.images, self.labels,
+                                   self.config)
+    else:
+      scores = evaluation.evaluate(
+          self.model, tf.gather(self.images, self._progress)
+          if isinstance(self._progress, np.ndarray) else self.images,
+          self.labels[self._progress], self.config.replace(embed_copies=0))
     self.history.append({"epoch": done, "seconds": round(seconds, 2),
                          **scores})
     plain = ("" if "plain_acc" not in scores else

@@ -664,3 +664,28 @@ def test_balanced_stage_two_must_fit_the_exact_solver(monkeypatch):
   train.check_config_for_data(config, 300)
   train.check_config_for_data(config.replace(cluster2_assignment="refresh"),
                               301)
+
+
+def test_pretraining_scores_progress_on_a_subsample_and_the_end_on_all(
+    make_blobs, tmp_path, monkeypatch):
+  from ddlsc_tf import evaluation, pretrain  # pylint: disable=import-outside-toplevel
+  x, labels = make_blobs(n=60)
+  calls = []
+  evaluate = evaluation.evaluate
+
+  def spy(model, images, labels_, config):
+    calls.append((len(images), len(labels_), config.embed_copies))
+    return evaluate(model, images, labels_, config)
+
+  monkeypatch.setattr(evaluation, "evaluate", spy)
+  monkeypatch.setattr(pretrain, "PROGRESS_IMAGES", 25)
+  config = _SIXTY_IMAGES.replace(pretrain_epochs=3, eval_every=1,
+                                 embed_copies=2, phases=("pretrain",))
+  _, result = _run(config, x, labels, tmp_path)
+  # Epochs 1 and 2: 25 evenly spaced images, plain latent; epoch 3: all 60
+  # with the config's copies, which the phase reports.
+  assert calls == [(25, 25, 0), (25, 25, 0), (60, 60, 2)]
+  history = result["phases"]["pretrain"]["history"]
+  assert [h["epoch"] for h in history] == [1, 2, 3]
+  assert "plain_acc" in history[-1] and "plain_acc" not in history[0]
+  assert result["phases"]["pretrain"]["acc"] == history[-1]["acc"]
