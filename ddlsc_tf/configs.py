@@ -312,8 +312,11 @@ GENERAL = MNIST.replace(
     dataset="array", paddings=("same", "same", "same"), embed_copies=0,
     recalibrate_batch_norm=True, anchor_groups=None)
 # What GENERAL adds for images that come in chains (`neighbours.Tables.
-# chains`): objects seen from every side, as COIL-20's preset does.
+# chains`): objects seen from every side, as COIL-20's preset does; the
+# equal-size stage II only up to CHAINS_BALANCED_POINTS images, since its
+# exact assignment grows as N^3 (250 s an iteration at 7,200 images).
 CHAINS = dict(anchor_groups=True, cluster2_assignment="balanced")
+CHAINS_BALANCED_POINTS = 2000
 GENERAL_LATENT = 60            # the last layer's filters give d >= this
 GENERAL_PRETRAIN_STEPS = 1000  # pre-training's optimizer steps, any N
 

@@ -251,9 +251,9 @@ def decide_from_data(config, tables, num_examples):
   chains, why = tables.chains(config.num_clusters)
   changes = dict(configs.CHAINS) if chains else {"anchor_groups": False}
   if (changes.get("cluster2_assignment") == "balanced"
-      and num_examples > partitions.MAX_BALANCED_POINTS):
+      and num_examples > configs.CHAINS_BALANCED_POINTS):
     del changes["cluster2_assignment"]
-    why += (f"; over {partitions.MAX_BALANCED_POINTS} images: no equal-size "
+    why += (f"; over {configs.CHAINS_BALANCED_POINTS} images: no equal-size "
             f"stage II")
   logging.info("decided from the data: %s (%s)", changes, why)
   return config.replace(**changes), {"chains": chains, "why": why,

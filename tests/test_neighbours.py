@@ -196,7 +196,7 @@ def test_chains_are_told_from_scattered_points_by_their_groups():
 
 
 def test_the_general_recipe_applies_chains_only_to_chained_data():
-  from ddlsc_tf import configs, partitions, train  # pylint: disable=import-outside-toplevel
+  from ddlsc_tf import configs, train  # pylint: disable=import-outside-toplevel
   chains, scattered = _chains_and_scattered()
   general = configs.GENERAL.replace(num_clusters=2, batch_size=4, knn_k=2,
                                     batch_neighbours=0)
@@ -210,7 +210,7 @@ def test_the_general_recipe_applies_chains_only_to_chained_data():
       "anchor_groups": False}
   # Too many images for an exact equal-size assignment: groups alone.
   config, choice = train.decide_from_data(
-      general, chains, partitions.MAX_BALANCED_POINTS + 1)
+      general, chains, configs.CHAINS_BALANCED_POINTS + 1)
   assert config.anchor_groups and config.cluster2_assignment == "nearest"
   assert "no equal-size stage II" in choice["why"]
   # A preset decides nothing.
