@@ -216,3 +216,20 @@ def test_the_general_recipe_applies_chains_only_to_chained_data():
   # A preset decides nothing.
   assert train.decide_from_data(configs.COIL20, chains, 12) == (
       configs.COIL20, None)
+
+
+def test_above_the_exact_limit_tables_come_from_hnsw(monkeypatch):
+  rng = np.random.default_rng(4)
+  centres = rng.random((8, 6, 6, 1))
+  x = (centres[rng.integers(0, 8, 400)] +
+       0.1 * rng.random((400, 6, 6, 1))).astype(np.float32)
+  exact = neighbours.neighbour_table(x, k=5)
+  monkeypatch.setattr(neighbours, "EXACT_MAX_IMAGES", 100)
+  approx = neighbours.neighbour_table(x, k=5)
+  assert approx.shape == (400, 5) and approx.dtype == np.int32
+  assert not (approx == np.arange(400)[:, None]).any()  # never itself
+  recall = np.mean([len(set(a) & set(b)) / 5
+                    for a, b in zip(approx, exact)])
+  assert recall >= 0.95
+  # One thread builds the graph: the same table every time.
+  np.testing.assert_array_equal(approx, neighbours.neighbour_table(x, k=5))
