@@ -151,6 +151,7 @@ def run_set(name, seed, root, *, data_dir=None, manual_root=None,
       "defaults": metrics.clustering_scores(labels, clusters),
       "raw_kmeans": raw, "seconds": round(time.time() - start, 1),
       **asked, "config": fitted.config_.to_dict(),
+      "decided_from_data": fitted.result_.get("decided_from_data"),
       "commit": provenance.commit()}
   os.makedirs(os.path.dirname(path), exist_ok=True)
   checkpoints.write_json_atomic(path, record)
