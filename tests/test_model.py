@@ -47,8 +47,8 @@ def test_parameter_count_is_about_paper_size():
 
 
 def test_anchor_pull_of_the_presets_reaches_the_model():
-  # MNIST's and COIL-100's (1 − C)² anchor pull (ours); COIL-20 and own
-  # images keep eq. 5's.
+  # MNIST's, COIL-100's and the estimator's defaults' (1 − C)² anchor pull
+  # (ours); COIL-20 and folders keep eq. 5's.
   assert train.build_model(configs.MNIST,
                            (28, 28, 1)).pretrain.anchor_power == 2.0
   assert train.build_model(configs.COIL20,
@@ -56,7 +56,7 @@ def test_anchor_pull_of_the_presets_reaches_the_model():
   assert configs.COIL100.anchor_power == 2.0
   assert configs.get_preset("folder:x").anchor_power == 1.0
   assert configs.for_images((32, 32, 3), num_clusters=3,
-                            num_examples=100).anchor_power == 1.0
+                            num_examples=100).anchor_power == 2.0
 
 
 def test_pretrain_steps_lower_the_loss(make_blobs):
