@@ -270,7 +270,7 @@ class Tables:
 
   def __init__(self, images, *, k):
     self.images, self.k = images, k
-    self._tables = {}
+    self._tables, self._groups = {}, {}
 
   def raw(self, shift=0):
     """`neighbour_table` of the images (re-ranked with `shift`)."""
@@ -284,9 +284,13 @@ class Tables:
     return self._tables[shift]
 
   def groups(self, num_clusters):
-    """`anchor_groups` of the raw table, groups of at most ceil(N / K)."""
+    """`anchor_groups` of the raw table, groups of at most ceil(N / K)
+    (computed once: `chains` and pre-training both ask)."""
+    if num_clusters in self._groups:
+      return self._groups[num_clusters]
     groups = anchor_groups(self.raw(),
                            max_size=-(-len(self.images) // num_clusters))
+    self._groups[num_clusters] = groups
     sizes = np.bincount(groups)
     logging.info("%d anchor groups over %d images (largest %d, %d alone)",
                  len(sizes), len(self.images), sizes.max(),

@@ -61,10 +61,12 @@ class EvaluationCallback(keras.callbacks.Callback):
     self.history = list(history)
     self.seconds_before = seconds_before
     self._start = None
-    n = len(images)
-    self._progress = (slice(None) if n <= PROGRESS_IMAGES else
-                      np.linspace(0, n - 1, PROGRESS_IMAGES).round().astype(
-                          np.int64))
+    # The progress subsample, gathered once for every evaluation.
+    self._progress = (images, labels)
+    if labels is not None and len(images) > PROGRESS_IMAGES:
+      keep = np.linspace(0, len(images) - 1, PROGRESS_IMAGES).round().astype(
+          np.int64)
+      self._progress = (tf.gather(images, keep), labels[keep])
 
   def on_train_begin(self, logs=None):
     self._start = time.time()
@@ -82,10 +84,8 @@ class EvaluationCallback(keras.callbacks.Callback):
       scores = evaluation.evaluate(self.model, self.images, self.labels,
                                    self.config)
     else:
-      scores = evaluation.evaluate(
-          self.model, tf.gather(self.images, self._progress)
-          if isinstance(self._progress, np.ndarray) else self.images,
-          self.labels[self._progress], self.config.replace(embed_copies=0))
+      scores = evaluation.evaluate(self.model, *self._progress,
+                                   self.config.replace(embed_copies=0))
     self.history.append({"epoch": done, "seconds": round(seconds, 2),
                          **scores})
     plain = ("" if "plain_acc" not in scores else
