@@ -19,9 +19,10 @@ from ddlsc_tf import data
 EXACT_MAX_IMAGES = 100_000
 HNSW_LINKS, HNSW_BUILD, HNSW_SEARCH = 16, 80, 64  # M, efConstruction, ef
 
-# The vote's table re-ranks neighbours allowing strokes offset by up to this
-# many pixels (ours).
+# The vote's table re-ranks each image's VOTE_CANDIDATES nearest allowing
+# strokes offset by up to VOTE_SHIFT pixels (ours).
 VOTE_SHIFT = 2
+VOTE_CANDIDATES = 50
 
 
 def _hnsw_table(images, *, k):
@@ -49,7 +50,8 @@ def _hnsw_table(images, *, k):
   return found[~own].reshape(n, k).astype(np.int32)
 
 
-def neighbour_table(images, *, k, chunk=250, shift=0, candidates=50):
+def neighbour_table(images, *, k, chunk=250, shift=0,
+                    candidates=VOTE_CANDIDATES, pool=None):
   """Each image's k most cosine-similar other images in the whole dataset.
 
   The same similarity as the per-batch kNN graph (`anchors.knn_graph`),
@@ -66,6 +68,9 @@ def neighbour_table(images, *, k, chunk=250, shift=0, candidates=50):
       the top k (a pair whose strokes are offset by a pixel or two counts
       as close).
     candidates: how many neighbours `shift` re-ranks (capped at N - 1).
+    pool: with `shift`, the plain table of the images at least that wide
+      (this function's own, computed before): its first columns are the
+      candidates, and the whole data is not scanned again.
 
   Returns:
     [N, k] int32 NumPy array: row i holds i's neighbours, most similar
@@ -79,7 +84,13 @@ def neighbour_table(images, *, k, chunk=250, shift=0, candidates=50):
   if shift:
     if candidates < k:
       raise ValueError(f"candidates ({candidates}) must be >= k ({k}).")
-    pool = neighbour_table(images, k=min(candidates, n - 1), chunk=chunk)
+    width = min(candidates, n - 1)
+    if pool is None:
+      pool = neighbour_table(images, k=width, chunk=chunk)
+    elif pool.shape[1] < width:
+      raise ValueError(f"pool must hold >= {width} neighbours per image, "
+                       f"got {pool.shape[1]}.")
+    pool = np.asarray(pool)[:, :width]
     scores = np.concatenate([
         shifted_cosines(images, pool[start:start + chunk], start=start,
                         shift=shift)
@@ -273,11 +284,23 @@ class Tables:
     self._tables, self._groups = {}, {}
 
   def raw(self, shift=0):
-    """`neighbour_table` of the images (re-ranked with `shift`)."""
+    """`neighbour_table` of the images (re-ranked with `shift`).
+
+    One scan of the data serves both: it keeps VOTE_CANDIDATES neighbours
+    per image, the k-table is their first k columns (the same table a scan
+    for k gives: one similarity row, ties by index) and the shift re-ranks
+    them.
+    """
     if shift not in self._tables:
       start = time.time()
-      self._tables[shift] = neighbour_table(self.images, k=self.k,
-                                            shift=shift)
+      width = min(max(self.k, VOTE_CANDIDATES), len(self.images) - 1)
+      if "pool" not in self._tables:
+        self._tables["pool"] = neighbour_table(self.images, k=width)
+      pool = self._tables["pool"]
+      self._tables[shift] = (
+          pool[:, :self.k] if not shift else neighbour_table(
+              self.images, k=self.k, shift=shift,
+              candidates=VOTE_CANDIDATES, pool=pool))
       logging.info("neighbour table (k=%d, shift %d px) of %d images: "
                    "%.0f s", self.k, shift, len(self.images),
                    time.time() - start)

@@ -233,3 +233,40 @@ def test_above_the_exact_limit_tables_come_from_hnsw(monkeypatch):
   assert recall >= 0.95
   # One thread builds the graph: the same table every time.
   np.testing.assert_array_equal(approx, neighbours.neighbour_table(x, k=5))
+
+
+def test_a_k_table_is_the_first_columns_of_a_wider_one_even_with_ties():
+  # Tables serves the k-table from one wider scan: with many exact
+  # duplicates (ties, and an image pushed out of its own top k + 1) the
+  # first k columns must still be what a scan for k gives.
+  rng = np.random.default_rng(7)
+  x = np.repeat(rng.random((6, 5, 5, 1)).astype(np.float32), 12, axis=0)
+  wide = neighbours.neighbour_table(x, k=40, chunk=16)
+  for k in (1, 4, 11, 20):
+    np.testing.assert_array_equal(
+        wide[:, :k], neighbours.neighbour_table(x, k=k, chunk=16))
+
+
+def test_tables_scan_the_data_once_for_both_tables(monkeypatch):
+  x = np.random.default_rng(8).random((60, 6, 6, 1)).astype(np.float32)
+  expected = neighbours.neighbour_table(x, k=4, shift=2)
+  scans = []
+  scan = neighbours.neighbour_table
+
+  def counted(images, **kwargs):
+    if not kwargs.get("shift"):
+      scans.append(kwargs["k"])
+    return scan(images, **kwargs)
+
+  monkeypatch.setattr(neighbours, "neighbour_table", counted)
+  tables = neighbours.Tables(x, k=4)
+  tables.raw()
+  np.testing.assert_array_equal(tables.raw(neighbours.VOTE_SHIFT), expected)
+  assert scans == [neighbours.VOTE_CANDIDATES]  # one scan, 50 wide
+
+
+def test_a_pool_narrower_than_the_candidates_is_refused():
+  x = np.random.default_rng(9).random((30, 6, 6, 1)).astype(np.float32)
+  pool = neighbours.neighbour_table(x, k=5)
+  with pytest.raises(ValueError, match="pool must hold >= 10"):
+    neighbours.neighbour_table(x, k=3, shift=1, candidates=10, pool=pool)
