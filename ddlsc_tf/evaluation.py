@@ -23,15 +23,16 @@ def embed_copies(config, phase):
   return config.embed_copies if phase == "pretrain" else 0
 
 
-def embed(model, images, config, *, phase):
+def embed(model, images, config, *, phase, plain=False):
   """The latent z of every image, [N, d] NumPy, as `phase` embeds:
   recalibrated first when the config asks for it, averaged over copies in
-  pre-training's scores when it sets them (`DDLSC.embed`)."""
+  pre-training's scores when it sets them (`DDLSC.embed`), unless `plain`
+  (z = f(x) in every phase)."""
   if config.recalibrate_batch_norm:
     model.recalibrate_batch_norm(images, batch_size=config.batch_size,
                                  seed=config.seed)
-  return model.embed(images, copies=embed_copies(config, phase),
-                     seed=config.seed)
+  return model.embed(images, copies=0 if plain else embed_copies(
+      config, phase), seed=config.seed)
 
 
 def kmeans(z, config):

@@ -8,6 +8,7 @@ import sys
 import time
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -313,3 +314,33 @@ def test_pictures_without_matplotlib_skip_before_embedding(monkeypatch,
   assert "pip install ddlsc_tf[plots]" in warnings[0]
   assert "pretrain" in warnings[0]
   assert not list(tmp_path.iterdir())
+
+
+def test_pretraining_pictures_show_the_plain_latent(monkeypatch, tmp_path):
+  # The paper's measure, and no second pass over the copies its score made.
+  # pylint: disable=import-outside-toplevel
+  from ddlsc_tf import pictures, plots
+
+  class Model:
+    copies = []
+
+    def embed(self, images, copies=0, seed=0):
+      self.copies.append(copies)
+      return np.random.default_rng(0).random((len(images), 6))
+
+  drawn = []
+
+  def tsne(z, labels, *, title, max_points, seed):
+    drawn.append((z.shape, title, max_points))
+    raise RuntimeError("drawn")
+
+  monkeypatch.setattr(plots, "tsne_figure", tsne)
+  images = np.zeros((40, 28, 28, 1), np.float32)
+  labels = np.arange(40) % 10
+  pictures.save_pictures(Model(), images, labels,
+                         TINY.replace(embed_copies=4), str(tmp_path),
+                         "pretrain", {"epochs": 2, "acc": 0.9,
+                                      "plain_acc": 0.8})
+  assert Model.copies == [0]
+  assert drawn == [((40, 6), f"{TINY.dataset}, pretrain: ACC 0.800",
+                    pictures.TSNE_POINTS)]
