@@ -55,21 +55,27 @@ def resample(x, transforms):
       interpolation="BILINEAR", fill_mode="CONSTANT")
 
 
-def random_affine(x, *, affine, seed):
+def random_affine(x, *, affine, seed, first=0, total=None):
   """Each image of x under its own random affine map (bilinear, zero fill).
 
   Args:
     x: [B, H, W, C] float images.
     affine: an `Affine`, the largest change per image.
     seed: [2] int, the stateless seed; one seed gives one set of maps.
+    first, total: x is rows [first, first + B) of a batch of `total`
+      images (None: B) whose maps this seed draws, so that a replica's
+      slice of a global batch gets the maps the whole batch would.
 
   Returns:
     [B, H, W, C] float. A zero `Affine` returns x unchanged.
   """
   shape = tf.shape(x)
   b, h, w = shape[0], shape[1], shape[2]
-  u = tf.random.stateless_uniform([b, 5], seed=seed, minval=-1.0,
-                                  maxval=1.0, dtype=x.dtype)
+  u = tf.random.stateless_uniform([b if total is None else total, 5],
+                                  seed=seed, minval=-1.0, maxval=1.0,
+                                  dtype=x.dtype)
+  if total is not None:
+    u = u[first:first + b]
   angle = u[:, 0] * (affine.rotation * math.pi / 180.0)
   scale = 1.0 + u[:, 1] * affine.scale
   shear = u[:, 2] * affine.shear

@@ -19,6 +19,7 @@ import numpy as np
 
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
+from ddlsc_tf import distribute
 from ddlsc_tf import train
 from ddlsc_tf import validation
 from ddlsc_tf import workdir as workdir_lib
@@ -30,7 +31,8 @@ _DERIVED = {"dataset", "num_clusters", "max_examples", "image_size",
 # Config fields that have an estimator parameter of another name.
 _RENAMED = {"seed": "random_state"}
 # The estimator's own parameters, besides the config overrides.
-_OWN = ("n_clusters", "preset", "random_state", "workdir", "verbose")
+_OWN = ("n_clusters", "preset", "random_state", "workdir", "verbose",
+        "strategy")
 # A run seeds k-means etc. with seed + phase index, which must stay below
 # 2**32 (NumPy's and scikit-learn's limit); 2**31 - 1 leaves room for that.
 _MAX_SEED = 2**31 - 1
@@ -98,6 +100,9 @@ class DDLSC:
     workdir: folder for checkpoints, TensorBoard logs, result.json and the
       saved model; None: a temporary folder, removed after `fit`.
     verbose: Keras progress output during fit (0 silent, 1 bars, 2 lines).
+    strategy: the tf.distribute strategy fit trains under, by name
+      (`distribute.STRATEGIES`): "default" (one device) or "mirrored" (all
+      GPUs of this machine; the batch must be a multiple of their number).
     **overrides: `configs.Config` fields, e.g. pretrain_epochs=20,
       batch_size=500 (see `configs.for_images` for the defaults); not
       `seed`, which is `random_state`.
@@ -118,7 +123,7 @@ class DDLSC:
   predict_batch_size = 2000  # images per forward pass in predict/transform
 
   def __init__(self, n_clusters=10, *, preset=None, random_state=0,
-               workdir=None, verbose=0, **overrides):
+               workdir=None, verbose=0, strategy="default", **overrides):
     _check_override_names(overrides)
     # Stored as given (validated in fit): clone checks each parameter
     # comes back as the very object it passed.
@@ -127,6 +132,7 @@ class DDLSC:
     self.random_state = random_state
     self.workdir = workdir
     self.verbose = verbose
+    self.strategy = strategy
     self._overrides = dict(overrides)
 
   def get_params(self, deep=True):
@@ -189,18 +195,20 @@ class DDLSC:
     train.check_config_for_data(config, len(images))
     train.check_phases(config.phases, init_from=None)
     train.check_start(config, images.shape[1:])
+    strategy = distribute.make_strategy(self.strategy)
+    distribute.check_batch(strategy, config.batch_size)
     if self.workdir is None:
       with tempfile.TemporaryDirectory(prefix="ddlsc-") as workdir:
-        self._fit_in(workdir, config, images, labels)
+        self._fit_in(workdir, config, images, labels, strategy)
     else:
-      self._fit_in(self.workdir, config, images, labels)
+      self._fit_in(self.workdir, config, images, labels, strategy)
     return self
 
-  def _fit_in(self, workdir, config, images, labels):
+  def _fit_in(self, workdir, config, images, labels, strategy):
     with workdir_lib.Lock(workdir):  # one writer per workdir
-      self._fit_locked(workdir, config, images, labels)
+      self._fit_locked(workdir, config, images, labels, strategy)
 
-  def _fit_locked(self, workdir, config, images, labels):
+  def _fit_locked(self, workdir, config, images, labels, strategy):
     # A refit replaces an earlier fit's outputs in the same workdir, but
     # never a folder that holds something else.
     saved = os.path.join(workdir, "config.json")
@@ -218,7 +226,8 @@ class DDLSC:
       ) from None
     self.model_, self.result_ = train.run_phases(
         config, images, labels, workdir, verbose=self.verbose,
-        pictures=False)  # a temporary workdir would lose them
+        pictures=False,  # a temporary workdir would lose them
+        strategy=strategy)
     self.config_ = config
     self.cluster_centers_ = self.model_.centroids.numpy()
     self.labels_ = self.predict(images)

@@ -14,6 +14,7 @@ import tensorflow as tf
 from ddlsc_tf import anchors as anchors_lib
 from ddlsc_tf import augment as augment_lib
 from ddlsc_tf import configs
+from ddlsc_tf import distribute
 from ddlsc_tf import loss_settings
 from ddlsc_tf import losses
 from ddlsc_tf import networks
@@ -74,6 +75,11 @@ class DDLSC(keras.Model):
         paddings=self.paddings, decoder_filters=self.decoder_filters,
         pools=self.pools)
     self.latent_dim = int(self.encoder.output.shape[-1])
+    if tf.distribute.get_strategy().num_replicas_in_sync > 1:
+      # Built for several replicas: batch norm over the global batch.
+      for layer in (*self.encoder.layers, *self.decoder.layers):
+        if isinstance(layer, keras.layers.BatchNormalization):
+          layer.synchronized = True
     self.lambda_d = keras.Variable(float(self.stage1.lambda_d),
                                    trainable=False, name="lambda_d")
     self.centroids = None
@@ -162,8 +168,14 @@ class DDLSC(keras.Model):
     if n == 0:
       return np.zeros((0, self.latent_dim), np.float32)
     if not copies:
+      if not hasattr(self, "_infer"):
+        # Not `predict_on_batch`: under a strategy it runs the batch on
+        # every replica and returns each one's rows.
+        self._infer = tf.function(
+            lambda x: self.encoder(x, training=False), reduce_retracing=True)
       return np.concatenate([
-          self.encoder.predict_on_batch(images[i:i + batch_size])
+          self._infer(tf.convert_to_tensor(images[i:i + batch_size],
+                                           tf.float32)).numpy()
           for i in range(0, n, batch_size)])
     key = (copies, self.affine)
     if getattr(self, "_copies_mean_for", None) != key:
@@ -260,14 +272,20 @@ class DDLSC(keras.Model):
     return anchors
 
   def _with_copies(self, x, anchors=None, assignments=None):
-    """[x; copies], the anchors with each (image, copy) pair added, and the
-    assignments with each copy taking its image's, when the model augments.
-    A step's maps depend on the seed and the optimizer's step count only."""
+    """[x; copies] of this replica's images, and over the global batch the
+    anchors with each (image, copy) pair added and the assignments with
+    each copy taking its image's, when the model augments. A step's maps
+    depend on the seed and the optimizer's step count only, and each image
+    gets the map it would get on one device."""
     if self.affine is None:
       return x, anchors, assignments
     step = tf.cast(self.optimizer.iterations, tf.int32)
+    replicas, b = distribute.replicas(), tf.shape(x)[0]
+    rows = {} if replicas == 1 else dict(first=distribute.first_row() * b,
+                                         total=b * replicas)
     copies = augment_lib.random_affine(x, affine=self.affine,
-                                       seed=tf.stack([self.seed, step]))
+                                       seed=tf.stack([self.seed, step]),
+                                       **rows)
     x = tf.concat([x, copies], axis=0)
     if anchors is not None:
       anchors = anchors_lib.with_copy_anchors(anchors)
@@ -276,17 +294,24 @@ class DDLSC(keras.Model):
     return x, anchors, assignments
 
   def _forward(self, stacked, x):
-    """(z of every row, x̂ of the batch's own images): the decoder leaves
-    the copies out."""
+    """(z of every row of the global batch, [x; copies] order; x̂ of this
+    replica's own images): the decoder leaves the copies out."""
     z = self.encoder(stacked, training=True)
-    if self.affine is None:
-      return z, self.decoder(z, training=True)
-    return z, self.decoder(z[:tf.shape(x)[0]], training=True)
+    b = tf.shape(x)[0]
+    x_hat = self.decoder(z if self.affine is None else z[:b], training=True)
+    if distribute.replicas() > 1:
+      z = (distribute.global_rows(z) if self.affine is None else tf.concat(
+          [distribute.global_rows(z[:b]), distribute.global_rows(z[b:])], 0))
+    return z, x_hat
 
   def _apply(self, tape, total, values):
+    """One optimizer step on `total`'s gradients, divided by the replicas
+    (the optimizer sums theirs), and the phase's trackers."""
     variables = self.trainable_variables
-    self.optimizer.apply_gradients(
-        zip(tape.gradient(total, variables), variables))
+    replicas = distribute.replicas()
+    scale = None if replicas == 1 else tf.constant(1.0 / replicas)
+    self.optimizer.apply_gradients(zip(
+        tape.gradient(total, variables, output_gradients=scale), variables))
     for tracker, value in zip(self._trackers[self.phase], values):
       tracker.update_state(value)
     return {m.name: m.result() for m in self.metrics}
@@ -300,8 +325,9 @@ class DDLSC(keras.Model):
       raise ValueError(
           f"lambda_g={p.lambda_g} needs the batches' anchor groups "
           f"(images, labels, groups); these batches have none.")
+    groups = distribute.global_rows(groups)
     stacked, anchors, groups = self._with_copies(
-        x, self._anchors(x, groups), groups)
+        x, self._anchors(distribute.global_rows(x), groups), groups)
     with tf.GradientTape() as tape:
       z, x_hat = self._forward(stacked, x)
       total, l_d, l_r = losses.pretrain_loss(
@@ -321,7 +347,8 @@ class DDLSC(keras.Model):
     x, _, assignments = data
     p = self.pretrain
     stacked, anchors, assignments = self._with_copies(
-        x, self._anchors(x), assignments)
+        x, self._anchors(distribute.global_rows(x)),
+        distribute.global_rows(assignments))
     with tf.GradientTape() as tape:
       z, x_hat = self._forward(stacked, x)
       total, l_c, l_d, l_r = losses.stage1_loss(
@@ -336,7 +363,8 @@ class DDLSC(keras.Model):
     """Stage II's step on θ for fixed S and μ: eq. 11."""
     x, _, assignments = data
     s = self.stage2
-    stacked, _, assignments = self._with_copies(x, assignments=assignments)
+    stacked, _, assignments = self._with_copies(
+        x, assignments=distribute.global_rows(assignments))
     with tf.GradientTape() as tape:
       z, x_hat = self._forward(stacked, x)
       total, l_c, l_w, l_b, l_r = losses.stage2_loss(

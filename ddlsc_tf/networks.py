@@ -37,11 +37,13 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
   The fused kernel is fast only where the channels are a multiple of 4
   (MNIST's 8 and 4, COIL-100's 20); with other counts (MNIST's 15, COIL's
   17 and 6) it took about twice Keras' own time, so those use Keras' code.
-  Inference, other ranks and other axes use Keras' own code too.
+  Inference, synchronized statistics (several replicas), other ranks and
+  other axes use Keras' own code too.
   """
 
   def call(self, inputs, training=None, mask=None):
-    if (not training or len(inputs.shape) != 4 or self.axis not in (-1, 3)
+    if (not training or self.synchronized or len(inputs.shape) != 4
+        or self.axis not in (-1, 3)
         or self.gamma is None or self.beta is None
         or inputs.shape[-1] is None or inputs.shape[-1] % 4):
       return super().call(inputs, training=training, mask=mask)

@@ -19,6 +19,7 @@ from ddlsc_tf import checkpoints
 from ddlsc_tf import cluster
 from ddlsc_tf import configs
 from ddlsc_tf import data
+from ddlsc_tf import distribute
 from ddlsc_tf import model as model_lib
 from ddlsc_tf import neighbours
 from ddlsc_tf import partitions
@@ -61,10 +62,12 @@ def build_model(config, input_shape, model_class=model_lib.DDLSC):
 
 def compile_model(model):
   """A fresh Adam per phase (built by `DDLSC.compile`, so each phase's
-  step is traced once). No XLA: with op determinism on (every run), Keras
-  refuses jit_compile for this model."""
-  model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE),
-                jit_compile=False)
+  step is traced once), under the strategy the model was built in. No
+  XLA: with op determinism on (every run), Keras refuses jit_compile for
+  this model, and on CPU it made the encoder's step 3x slower."""
+  with model.distribute_strategy.scope():
+    model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE),
+                  jit_compile=False)
 
 
 def check_phases(phases, init_from):
@@ -145,7 +148,7 @@ def _log_hparams(workdir, config):
 def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
                        init_from=None, verbose="auto", build=build_model,
                        resume=False, overwrite=False, pictures=True,
-                       size_to_data=False, fixed=()):
+                       size_to_data=False, fixed=(), strategy=None):
   """Runs `config.phases` on the config's dataset into `workdir`.
 
   Args:
@@ -163,6 +166,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     pictures: draw each phase's t-SNE and confusion pictures.
     size_to_data: size the batch to the data (`configs.sized_to_data`),
       but for the fields named in `fixed` (the user's).
+    strategy: a tf.distribute strategy to train under
+      (`distribute.make_strategy`); None: the default, one device.
 
   Returns:
     The result dict written to DIR/result.json.
@@ -184,6 +189,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
           config, len(images), **{k: getattr(config, k) for k in fixed})
     logging.info("config: %s", config)
     check_config_for_data(config, len(images))
+    distribute.check_batch(strategy or tf.distribute.get_strategy(),
+                           config.batch_size)
     # A resumed run with a checkpoint starts from it, not from init_from.
     resumes = resume and os.path.exists(os.path.join(
         workdir, "checkpoint", checkpoints.Checkpointer.STATE))
@@ -195,7 +202,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     images = data.as_tensor(images)
     _, result = run_phases(config, images, labels, workdir,
                            init_from=init_from, verbose=verbose, build=build,
-                           resume=resume, pictures=pictures)
+                           resume=resume, pictures=pictures,
+                           strategy=strategy)
   return result
 
 
@@ -262,7 +270,7 @@ def decide_from_data(config, tables, num_examples):
 
 def run_phases(config, images, labels, workdir, *, init_from=None,
                verbose="auto", build=build_model, resume=False,
-               pictures=True):
+               pictures=True, strategy=None):
   """`train_and_evaluate` on images already in memory (the estimator's).
 
   Args:
@@ -270,7 +278,8 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     images: [N, H, W, C] float32 in [0, 1].
     labels: [N] int labels for ACC/NMI/ARI only, or None.
     workdir: an existing folder for checkpoints and outputs.
-    init_from, verbose, build, resume, pictures: as `train_and_evaluate`.
+    init_from, verbose, build, resume, pictures, strategy: as
+      `train_and_evaluate`.
 
   Returns:
     (the trained model, the result dict written to DIR/result.json).
@@ -290,7 +299,10 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   # Seeded after loading: preparing a TFDS dataset the first time draws
   # from the global RNGs, which would make a first run differ from a rerun.
   provenance.seed_everything(config.seed)
-  model = build(config, images.shape[1:])
+  strategy = strategy or tf.distribute.get_strategy()
+  distribute.check_batch(strategy, config.batch_size)
+  with strategy.scope():  # its variables mirrored on every replica
+    model = build(config, images.shape[1:])
   checkpointer = checkpoints.Checkpointer(os.path.join(workdir, "checkpoint"))
   state = checkpointer.load() if resume else None
   if state is None and init_from is not None:

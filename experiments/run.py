@@ -6,6 +6,7 @@ Every preset field can be overridden by the flag of the same name.
 from absl import flags
 
 from ddlsc_tf import configs
+from ddlsc_tf import distribute
 from ddlsc_tf import train
 from experiments import cli
 from experiments import config_flags
@@ -32,6 +33,10 @@ flags.DEFINE_bool("resume", False,
                   "(same flags); starts afresh if it has none.")
 flags.DEFINE_bool("overwrite", False,
                   "Delete an earlier run's outputs in --workdir first.")
+flags.DEFINE_enum("strategy", "default", list(distribute.STRATEGIES),
+                  "tf.distribute strategy: default (one device) or mirrored "
+                  "(all of this machine's GPUs; --batch_size is the global "
+                  "batch, a multiple of their number).")
 flags.DEFINE_bool("pictures", True,
                   "Draw each phase's t-SNE and confusion pictures "
                   "(needs matplotlib); --nopictures skips them.")
@@ -56,6 +61,7 @@ def main(argv):
                            init_from=FLAGS.init_from,
                            resume=FLAGS.resume, overwrite=FLAGS.overwrite,
                            pictures=FLAGS.pictures,
+                           strategy=distribute.make_strategy(FLAGS.strategy),
                            verbose=(FLAGS.verbose if FLAGS.verbose == "auto"
                                     else int(FLAGS.verbose)))
 

@@ -40,7 +40,8 @@ def test_clone_gives_an_equal_unfitted_estimator(fitted):
   assert copy.get_params() == fitted.get_params()
   assert copy.get_params() == {"n_clusters": 4, "preset": None,
                                "random_state": 2, "workdir": None,
-                               "verbose": 0, **TINY}
+                               "verbose": 0, "strategy": "default",
+                               **TINY}
   for attribute in ("model_", "labels_", "cluster_centers_", "config_",
                     "result_"):
     assert not hasattr(copy, attribute)
@@ -64,7 +65,8 @@ def test_get_params_set_params_round_trip():
   other.set_params(n_clusters=6, random_state=None, verbose=2, batch_size=8)
   assert other.get_params() == {"n_clusters": 6, "preset": None,
                                 "random_state": None, "workdir": None,
-                                "verbose": 2, "lambda_r": 0.2,
+                                "verbose": 2, "strategy": "default",
+                                "lambda_r": 0.2,
                                 "batch_size": 8}
 
 
