@@ -6,23 +6,32 @@ Keras' `fit` runs the train step on each replica with that replica's slice
 of the global batch, in replica order. The method's terms are over the whole
 batch: L_d's similarity matrix and its kNN anchors, the copies' anchors, L_c,
 L_w and L_b. So each replica gathers every replica's rows (`global_rows`,
-`all_gather`, whose gradient returns to the replica that owns each row) and
-computes those terms on the global batch, and batch norm uses the global
-batch's statistics. The optimizer sums the replicas' gradients, so a step
+whose gradient returns to the replica that owns each row) and computes
+those terms on the global batch, and batch norm uses the global batch's
+statistics. The optimizer sums the replicas' gradients, so a step
 divides its loss by the number of replicas (`replicas`): R replicas of B / R
 images give the loss and gradients of one device with B.
 
 Cost per step and replica: memory for the global batch's pixels (the kNN
-graph), latents and [B, B] similarity matrix, as on one device; traffic
-for gathering B rows of pixels and of latents, plus the gradients'
-all-reduce (3,348 floats for MNIST's network).
+graph), latents and [B, B] similarity matrix, as on one device; traffic:
+all-reduces of B rows of pixels and of latents (twice with the copies;
+B x 60 floats for MNIST), the batch norms' moments and the gradients
+(3,348 floats for MNIST's network).
+
+With several machines (`multi_worker`) every worker runs the same command
+and computes the same whole-data steps (tables, k-means, votes) from the
+same seeds; only the chief writes the run's folder (`own_workdir`).
 """
 
+import contextlib
 import functools
+import os
+import shutil
+import tempfile
 
 import tensorflow as tf
 
-STRATEGIES = ("default", "mirrored")
+STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
 @functools.cache
@@ -32,13 +41,23 @@ def make_strategy(name):
   keys and abort with "Shape mismatch in the collective instance".
 
   Args:
-    name: "default" (no distribution: one device) or "mirrored" (all of
-      this machine's GPUs, else its CPU: `tf.distribute.MirroredStrategy`).
+    name: "default" (no distribution: one device), "mirrored" (all of
+      this machine's GPUs, else its CPU: `tf.distribute.MirroredStrategy`)
+      or "multi_worker" (every task that TF_CONFIG names runs the same
+      command: `tf.distribute.MultiWorkerMirroredStrategy`; made before
+      any other TensorFlow work of the process).
   """
   if name == "default":
     return tf.distribute.get_strategy()
   if name == "mirrored":
     return tf.distribute.MirroredStrategy()
+  if name == "multi_worker":
+    if not os.environ.get("TF_CONFIG"):
+      raise ValueError(
+          'strategy multi_worker needs TF_CONFIG, the cluster and this '
+          'task, e.g. {"cluster": {"worker": ["host1:port", "host2:port"]},'
+          ' "task": {"type": "worker", "index": 0}}.')
+    return tf.distribute.MultiWorkerMirroredStrategy()
   raise ValueError(f"unknown strategy {name!r}; expected one of "
                    f"{list(STRATEGIES)}.")
 
@@ -60,10 +79,22 @@ def replicas():
 
 def global_rows(tensor):
   """[B, ...]: every replica's rows of `tensor` [B / R, ...], in replica
-  order (`tensor` itself on one replica)."""
+  order (`tensor` itself on one replica).
+
+  As SimCLR's `cross_replica_concat`: each replica writes its rows into its
+  block of zeros and the blocks are summed over the replicas, so the
+  gradient of each row returns to the replica that owns it. (The replica
+  context's `all_gather` fails under MultiWorkerMirroredStrategy.)
+  """
   if tensor is None or replicas() == 1:
     return tensor
-  return tf.distribute.get_replica_context().all_gather(tensor, axis=0)
+  context = tf.distribute.get_replica_context()
+  shape = tf.shape(tensor)
+  blocks = tf.scatter_nd(
+      [[context.replica_id_in_sync_group]], tensor[tf.newaxis],
+      tf.concat([[context.num_replicas_in_sync], shape], 0))
+  blocks = context.all_reduce(tf.distribute.ReduceOp.SUM, blocks)
+  return tf.reshape(blocks, tf.concat([[-1], shape[1:]], 0))
 
 
 def first_row():
@@ -72,3 +103,38 @@ def first_row():
   if replicas() == 1:
     return 0
   return tf.distribute.get_replica_context().replica_id_in_sync_group
+
+
+def is_multi_worker(strategy):
+  return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def is_chief(strategy):
+  """Whether this task writes the run's files: the chief, or worker 0 of a
+  cluster without one; always, for a single-machine strategy."""
+  if not is_multi_worker(strategy):
+    return True
+  resolver = strategy.cluster_resolver
+  if "chief" in resolver.cluster_spec().as_dict():
+    return resolver.task_type == "chief"
+  return resolver.task_type == "worker" and resolver.task_id == 0
+
+
+@contextlib.contextmanager
+def own_workdir(strategy, workdir, *, resume):
+  """The folder this task writes the run to: `workdir` on the chief; on any
+  other worker a temporary folder, dropped at the end, that starts from the
+  chief's checkpoint when resuming (so every worker resumes from the same
+  step; the workdir must then be on a file system they all see)."""
+  if is_chief(strategy):
+    yield workdir
+    return
+  with tempfile.TemporaryDirectory(prefix="ddlsc-worker-") as private:
+    if resume:
+      for name in ("checkpoint", "config.json"):
+        source = os.path.join(workdir, name)
+        if os.path.isdir(source):
+          shutil.copytree(source, os.path.join(private, name))
+        elif os.path.isfile(source):
+          shutil.copy(source, private)
+    yield private

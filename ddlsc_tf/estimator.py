@@ -101,8 +101,10 @@ class DDLSC:
       saved model; None: a temporary folder, removed after `fit`.
     verbose: Keras progress output during fit (0 silent, 1 bars, 2 lines).
     strategy: the tf.distribute strategy fit trains under, by name
-      (`distribute.STRATEGIES`): "default" (one device) or "mirrored" (all
-      GPUs of this machine; the batch must be a multiple of their number).
+      (`distribute.STRATEGIES`): "default" (one device), "mirrored" (all
+      GPUs of this machine) or "multi_worker" (every machine in TF_CONFIG
+      runs the same fit; only the chief writes `workdir`). The batch must
+      be a multiple of the replicas.
     **overrides: `configs.Config` fields, e.g. pretrain_epochs=20,
       batch_size=500 (see `configs.for_images` for the defaults); not
       `seed`, which is `random_state`.
@@ -197,7 +199,7 @@ class DDLSC:
     train.check_start(config, images.shape[1:])
     strategy = distribute.make_strategy(self.strategy)
     distribute.check_batch(strategy, config.batch_size)
-    if self.workdir is None:
+    if self.workdir is None or not distribute.is_chief(strategy):
       with tempfile.TemporaryDirectory(prefix="ddlsc-") as workdir:
         self._fit_in(workdir, config, images, labels, strategy)
     else:

@@ -111,6 +111,17 @@ class DDLSC(keras.Model):
     if self.optimizer is not None and not self.optimizer.built:
       self.optimizer.build(self.trainable_variables)
 
+  def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+    """Keras's, without its look at a first batch when everything is built
+    (the networks in __init__, the optimizer in compile): Keras 3 averages
+    that batch over the replicas, which fails under
+    MultiWorkerMirroredStrategy (keras-team/keras#20585)."""
+    if self.optimizer is None or not self.optimizer.built or not all(
+        layer.built for layer in self._flatten_layers()):
+      return super()._maybe_symbolic_build(iterator, data_batch)
+    with self.distribute_strategy.scope():
+      self._symbolic_build(data_batch=None)
+
   def compile_from_config(self, config):
     """What `keras.saving.load_model` calls: Keras's own version skips
     (with a warning) any model whose class overrides `compile`."""
@@ -314,6 +325,9 @@ class DDLSC(keras.Model):
         tape.gradient(total, variables, output_gradients=scale), variables))
     for tracker, value in zip(self._trackers[self.phase], values):
       tracker.update_state(value)
+    if distribute.is_multi_worker(self.distribute_strategy):
+      # Keras 3 averages the logs over workers along axis 0: not a scalar.
+      return {m.name: tf.reshape(m.result(), [1]) for m in self.metrics}
     return {m.name: m.result() for m in self.metrics}
 
   def _pretrain_step(self, data):

@@ -167,7 +167,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     size_to_data: size the batch to the data (`configs.sized_to_data`),
       but for the fields named in `fixed` (the user's).
     strategy: a tf.distribute strategy to train under
-      (`distribute.make_strategy`); None: the default, one device.
+      (`distribute.make_strategy`); None: the default, one device. Under
+      several workers only the chief writes to workdir.
 
   Returns:
     The result dict written to DIR/result.json.
@@ -179,7 +180,9 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
   """
   workdir_lib.check_workdir(workdir)
   check_phases(config.phases, init_from)
-  with workdir_lib.Lock(workdir):  # one writer per workdir, from the start
+  strategy = strategy or tf.distribute.get_strategy()
+  with distribute.own_workdir(strategy, workdir, resume=resume) as workdir, \
+      workdir_lib.Lock(workdir):  # one writer per workdir, from the start
     # Data first: a config that does not fit it fails before the workdir
     # (and an earlier run in it) is touched.
     images, labels = data.load_for(config, data_dir=data_dir,
@@ -189,8 +192,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
           config, len(images), **{k: getattr(config, k) for k in fixed})
     logging.info("config: %s", config)
     check_config_for_data(config, len(images))
-    distribute.check_batch(strategy or tf.distribute.get_strategy(),
-                           config.batch_size)
+    distribute.check_batch(strategy, config.batch_size)
     # A resumed run with a checkpoint starts from it, not from init_from.
     resumes = resume and os.path.exists(os.path.join(
         workdir, "checkpoint", checkpoints.Checkpointer.STATE))

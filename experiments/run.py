@@ -34,9 +34,11 @@ flags.DEFINE_bool("resume", False,
 flags.DEFINE_bool("overwrite", False,
                   "Delete an earlier run's outputs in --workdir first.")
 flags.DEFINE_enum("strategy", "default", list(distribute.STRATEGIES),
-                  "tf.distribute strategy: default (one device) or mirrored "
-                  "(all of this machine's GPUs; --batch_size is the global "
-                  "batch, a multiple of their number).")
+                  "tf.distribute strategy: default (one device), mirrored "
+                  "(all of this machine's GPUs) or multi_worker (every "
+                  "machine in TF_CONFIG runs this same command; the chief "
+                  "writes --workdir). --batch_size is the global batch, a "
+                  "multiple of the replicas.")
 flags.DEFINE_bool("pictures", True,
                   "Draw each phase's t-SNE and confusion pictures "
                   "(needs matplotlib); --nopictures skips them.")
@@ -51,6 +53,8 @@ def resolve_config():
 
 def main(argv):
   del argv
+  # First: a multi-worker strategy must exist before other TensorFlow work.
+  strategy = distribute.make_strategy(FLAGS.strategy)
   config = resolve_config()
   # A folder's batch fits its size unless the flags set it.
   folder = FLAGS.dataset.startswith(configs.FOLDER_PREFIX)
@@ -61,7 +65,7 @@ def main(argv):
                            init_from=FLAGS.init_from,
                            resume=FLAGS.resume, overwrite=FLAGS.overwrite,
                            pictures=FLAGS.pictures,
-                           strategy=distribute.make_strategy(FLAGS.strategy),
+                           strategy=strategy,
                            verbose=(FLAGS.verbose if FLAGS.verbose == "auto"
                                     else int(FLAGS.verbose)))
 

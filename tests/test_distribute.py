@@ -3,8 +3,11 @@ global batch (experiments/distribute_check.py, in its own process with two
 logical CPUs), and the strategy's bad inputs are refused."""
 
 import json
+import os
+import socket
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -16,6 +19,19 @@ from conftest import REPO
 from ddlsc_tf import augment
 from ddlsc_tf import distribute
 from ddlsc_tf import estimator
+
+
+def test_multi_worker_without_tf_config_is_refused(monkeypatch):
+  monkeypatch.delenv("TF_CONFIG", raising=False)
+  with pytest.raises(ValueError, match="needs TF_CONFIG"):
+    distribute.make_strategy("multi_worker")
+
+
+def test_one_machine_writes_to_its_workdir(tmp_path):
+  strategy = distribute.make_strategy("default")
+  assert distribute.is_chief(strategy)
+  with distribute.own_workdir(strategy, str(tmp_path), resume=True) as own:
+    assert own == str(tmp_path)
 
 
 def test_unknown_strategy_is_refused_by_name():
@@ -71,3 +87,84 @@ def test_two_replicas_train_as_one_device_on_the_global_batch(tmp_path):
   assert one["final"]["acc"] == 1.0  # the set is one a broken step fails
   # Every score and loss of the short run within 0.01.
   assert golden_runs.differences(one, two, tolerance=0.01) == []
+
+
+# A short run of every phase on the golden folder's images (a set the
+# method clusters perfectly), by `experiments.run`.
+_SHORT = ["--num_clusters=4", "--batch_size=64", "--pretrain_epochs=3",
+          "--eval_every=1", "--cluster1_iterations=2",
+          "--cluster2_iterations=2", "--min_steps_per_iteration=1",
+          "--nopictures", "--verbose=0"]
+
+
+def _free_ports(n):
+  sockets = [socket.socket() for _ in range(n)]
+  for s in sockets:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def _run(images, workdir, *extra, tf_config=None):
+  env = dict(os.environ)
+  if tf_config is not None:
+    env["TF_CONFIG"] = json.dumps(tf_config)
+  return subprocess.Popen(
+      [sys.executable, "-m", "experiments.run", f"--dataset=folder:{images}",
+       f"--workdir={workdir}", *_SHORT, *extra],
+      cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+      text=True)
+
+
+def _two_workers(images, workdir, *extra):
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+  return [_run(images, workdir, "--strategy=multi_worker", *extra,
+               tf_config={"cluster": cluster,
+                          "task": {"type": "worker", "index": i}})
+          for i in range(2)]
+
+
+def _finish(procs):
+  """Waits for every process; returns their logs (stderr)."""
+  logs = []
+  for proc in procs:
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    logs.append(err)
+  return logs
+
+
+def _result(workdir):
+  return golden_runs.strip(json.loads((workdir / "result.json").read_text()))
+
+
+def test_two_workers_train_as_one_device_and_resume_after_a_kill(tmp_path):
+  images = golden_runs.write_folder(tmp_path / "images", n=256)
+  _finish([_run(images, tmp_path / "one")])
+  _finish(_two_workers(images, tmp_path / "two"))
+  # Only the chief (worker 0) writes the run; every score and loss within
+  # 0.01 of one device's.
+  assert golden_runs.differences(_result(tmp_path / "one"),
+                                 _result(tmp_path / "two"),
+                                 tolerance=0.01) == []
+
+  killed = tmp_path / "killed"
+  procs = _two_workers(images, killed)
+  state = killed / "checkpoint" / "state.json"
+  deadline = time.monotonic() + 600
+  while not state.exists():
+    assert all(p.poll() is None for p in procs), "a worker ended early"
+    assert time.monotonic() < deadline, "no checkpoint in 600 s"
+    time.sleep(0.2)
+  procs[1].kill()  # a worker dies; the chief cannot go on without it
+  procs[0].kill()
+  for proc in procs:
+    proc.communicate()
+  assert not (killed / "model.keras").exists()
+  logs = _finish(_two_workers(images, killed, "--resume"))
+  # Both from the chief's checkpoint (the other worker from its copy).
+  assert all("resuming" in log for log in logs)
+  assert golden_runs.differences(_result(tmp_path / "two"), _result(killed),
+                                 tolerance=0.01) == []
