@@ -22,6 +22,9 @@ from ddlsc_tf import data
 from ddlsc_tf import evaluation
 from ddlsc_tf import losses
 from ddlsc_tf import model as model_lib
+from ddlsc_tf import neighbours
+from ddlsc_tf import pictures
+from ddlsc_tf import plots
 from ddlsc_tf import provenance
 from ddlsc_tf import train
 
@@ -237,6 +240,19 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
     seconds = _median_seconds(_step_runner(model, (x, y, assignments)),
                               warmup=warmup, repeats=repeats)
     result[f"{phase}_examples_per_s"] = b / seconds
+
+  # The whole-data steps a run adds around training: its neighbour tables
+  # (one scan for both), and a t-SNE picture of the latent.
+  start = time.perf_counter()
+  tables = neighbours.Tables(images, k=config.knn_k)
+  tables.raw(0)
+  tables.raw(neighbours.VOTE_SHIFT)
+  result["tables_seconds"] = time.perf_counter() - start
+  z = model.embed(images[:pictures.TSNE_POINTS])
+  start = time.perf_counter()
+  plots.tsne_figure(z, np.asarray(labels[:pictures.TSNE_POINTS]), title="",
+                    max_points=pictures.TSNE_POINTS)
+  result["tsne_seconds"] = time.perf_counter() - start
 
   result["epoch_seconds_estimate"] = (
       len(images) // b * b / result["pretrain_examples_per_s"])

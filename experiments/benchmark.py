@@ -5,7 +5,8 @@ pretrain_examples_per_s, pretrain_step_flops (TF's count of one step's
 operations), pretrain_flops_per_s against matmul_flops_per_s (the machine's
 float32 peak as a large matmul reaches it), recon_only_examples_per_s,
 cluster1_examples_per_s, cluster2_examples_per_s, eval_seconds,
-peak_rss_bytes and more.
+tables_seconds (the run's whole-data neighbour tables), tsne_seconds (one
+t-SNE picture), peak_rss_bytes and more.
 """
 
 import os
@@ -17,6 +18,7 @@ from ddlsc_tf import benchmark
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
+from ddlsc_tf import pictures
 from experiments import cli
 from experiments import config_flags
 
@@ -69,6 +71,10 @@ def main(argv):
            f"{result['pretrain_epoch_seconds']:.1f} s"),
           ("evaluation (embed + k-means + scores)",
            f"{result['eval_seconds']:.1f} s"),
+          ("whole-data neighbour tables (k and the vote's)",
+           f"{result['tables_seconds']:.1f} s"),
+          (f"t-SNE picture ({min(len(images), pictures.TSNE_POINTS):,} "
+           f"points)", f"{result['tsne_seconds']:.1f} s"),
           ("peak resident memory",
            f"{result['peak_rss_bytes'] / 2**30:.2f} GiB")]
   key = (f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"

@@ -17,7 +17,7 @@ def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs):
               "cluster1_examples_per_s", "cluster2_examples_per_s",
               "eval_seconds", "peak_rss_bytes", "pretrain_epoch_seconds",
               "pretrain_step_flops", "pretrain_flops_per_s",
-              "matmul_flops_per_s"):
+              "matmul_flops_per_s", "tables_seconds", "tsne_seconds"):
     assert np.isfinite(result[key]) and result[key] > 0, key
   assert np.isclose(result["pretrain_over_recon_time"],
                     result["recon_only_examples_per_s"]
