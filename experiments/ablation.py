@@ -39,6 +39,10 @@ flags.DEFINE_bool("collect", False,
                   "Run nothing: write the JSON and table from the runs "
                   "already finished under --root (any rungs and seeds "
                   "missing are left out).")
+flags.DEFINE_string("add_to", None,
+                    "An earlier ablation JSON whose records the table keeps "
+                    "beside this call's (a run of the same rung and seed "
+                    "replaces its record); --out defaults to it.")
 config_flags.define_data_flags()
 config_flags.define_overrides(skip=("dataset", "seed"))
 
@@ -54,12 +58,17 @@ def main(argv):
       print(f"{name}: {what}")
     return
   root = os.path.join(FLAGS.root, FLAGS.dataset)
-  out = FLAGS.out or os.path.join(root, f"ablation_{FLAGS.dataset}.json")
+  out = FLAGS.out or FLAGS.add_to or os.path.join(
+      root, f"ablation_{FLAGS.dataset}.json")
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
   summary = ablation.run(FLAGS.dataset, names, cli.seeds(FLAGS.seeds), root,
                          data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
                          overrides=config_flags.changes(),
                          run_missing=not FLAGS.collect)
+  if FLAGS.add_to:
+    records = cli.add_records(FLAGS.add_to, summary["records"],
+                              ("rung", "seed"))
+    summary = dict(summary, **ablation.summarize(FLAGS.dataset, records))
   cli.write_summary(out, summary, report.ablation_table(summary),
                     started=started, local_flags=_LOCAL_FLAGS,
                     notes=report.per_seed_lines(summary))

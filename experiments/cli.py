@@ -48,6 +48,23 @@ def seeds(values):
     raise ValueError(f"--seeds must be integers, got {values}.") from None
 
 
+def add_records(path, records, key):
+  """The records of the harness JSON at `path` (an earlier summary) with
+  `records` added, a new record replacing an earlier one of the same
+  `key` fields (e.g. ("rung", "seed")); sorted by key. Lets runs made on
+  other days or machines share one table."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"--add_to {path} is not a file.")
+  try:
+    earlier = checkpoints.read_json(path)["records"]
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"--add_to {path} is not a harness's JSON with "
+                     f"records ({e}).") from None
+  new = {tuple(r[k] for k in key) for r in records}
+  kept = [r for r in earlier if tuple(r[k] for k in key) not in new]
+  return sorted(kept + list(records), key=lambda r: tuple(r[k] for k in key))
+
+
 def write_summary(out, summary, table, *, started, local_flags, notes=""):
   """Writes a harness's summary to OUT (JSON, with its command, commit, start
   time and machine) and `table` (+ `notes`) beside it as .md; prints the

@@ -42,6 +42,10 @@ flags.DEFINE_bool("collect", False,
                   "Fit nothing: write the JSON and table from the fits "
                   "already finished under --root (the others are left "
                   "out).")
+flags.DEFINE_string("add_to", None,
+                    "An earlier suite JSON whose records the table keeps "
+                    "beside this call's (a fit of the same set and seed "
+                    "replaces its record); --out defaults to it.")
 flags.DEFINE_integer("max_images", None,
                      "Use N evenly spaced images of each set (a smoke run).")
 # What the estimator sets from the data, or takes as its own parameter.
@@ -63,7 +67,11 @@ def main(argv):
                       max_images=FLAGS.max_images, preset=FLAGS.preset,
                       overrides=config_flags.changes(),
                       run_missing=not FLAGS.collect)
-  cli.write_summary(FLAGS.out or os.path.join(FLAGS.root, "suite.json"),
+  if FLAGS.add_to:
+    summary = dict(summary, **suite.summarize(cli.add_records(
+        FLAGS.add_to, summary["records"], ("set", "seed"))))
+  cli.write_summary(FLAGS.out or FLAGS.add_to or
+                    os.path.join(FLAGS.root, "suite.json"),
                     summary, report.suite_table(summary), started=started,
                     local_flags=_LOCAL_FLAGS)
 

@@ -12,6 +12,7 @@ import pytest
 from ddlsc_tf import ablation
 from ddlsc_tf import configs
 from ddlsc_tf import model as model_lib
+from experiments import cli
 from ddlsc_tf import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -214,6 +215,18 @@ def test_the_harness_runs_resumes_and_writes_its_table(tmp_path,
   assert not (root / "recon" / "seed1").exists()
   collected = json.loads((root / "ablation_mnist_test.json").read_text())
   assert collected["records"] == summary["records"]
+  # --add_to keeps an earlier table's records beside the runs found: the
+  # runs replace the records of their rung and seed.
+  earlier = tmp_path / "earlier.json"
+  earlier.write_text(json.dumps({"records": [
+      _record("paper", 5, 0.7), _record("raw", 0, 0.0)]}))
+  _ablation(tmp_path, tfds_data_dir, mnist_manual_dir, "--seeds=0", rungs,
+            "--collect", f"--add_to={earlier}")
+  added = json.loads(earlier.read_text())
+  assert [(r["rung"], r["seed"]) for r in added["records"]] == sorted(
+      [("paper", 5)] + [(r["rung"], 0) for r in summary["records"]])
+  assert {r["rung"]: r for r in added["records"]}["raw"] == records["raw"]
+  assert "paper" in [r["rung"] for r in added["rungs"]]
 
 
 def _record(rung, seed, acc, pretrain=None):
@@ -221,6 +234,14 @@ def _record(rung, seed, acc, pretrain=None):
   return {"rung": rung, "seed": seed, "pretrained_in": None,
           "pretrain": pretrain, "pretrain_averaged": None, "final": scores,
           "seconds": 60.0 * (seed + 1)}
+
+
+def test_add_to_needs_an_earlier_harness_json(tmp_path):
+  with pytest.raises(FileNotFoundError, match="--add_to"):
+    cli.add_records(str(tmp_path / "none.json"), [], ("rung", "seed"))
+  (tmp_path / "bad.json").write_text("{}")
+  with pytest.raises(ValueError, match="records"):
+    cli.add_records(str(tmp_path / "bad.json"), [], ("rung", "seed"))
 
 
 def test_summary_gives_each_rungs_statistics_over_its_seeds():
