@@ -34,11 +34,8 @@ import tensorflow as tf
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
-@functools.cache
 def make_strategy(name):
-  """The tf.distribute strategy a run names, one per process: a second
-  MirroredStrategy over the same devices can reuse the first's collective
-  keys and abort with "Shape mismatch in the collective instance".
+  """The tf.distribute strategy a run names.
 
   Args:
     name: "default" (no distribution: one device), "mirrored" (all of
@@ -49,17 +46,30 @@ def make_strategy(name):
   """
   if name == "default":
     return tf.distribute.get_strategy()
+  if name not in STRATEGIES:
+    raise ValueError(f"unknown strategy {name!r}; expected one of "
+                     f"{list(STRATEGIES)}.")
+  if name == "multi_worker" and not os.environ.get("TF_CONFIG"):
+    raise ValueError(
+        'strategy multi_worker needs TF_CONFIG, the cluster and this '
+        'task, e.g. {"cluster": {"worker": ["host1:port", "host2:port"]},'
+        ' "task": {"type": "worker", "index": 0}}.')
+  return _made(name)
+
+
+@functools.cache
+def _made(name):
+  # One per process: a second MirroredStrategy over the same devices can
+  # reuse the first's collective keys ("Shape mismatch in the collective
+  # instance").
   if name == "mirrored":
     return tf.distribute.MirroredStrategy()
-  if name == "multi_worker":
-    if not os.environ.get("TF_CONFIG"):
-      raise ValueError(
-          'strategy multi_worker needs TF_CONFIG, the cluster and this '
-          'task, e.g. {"cluster": {"worker": ["host1:port", "host2:port"]},'
-          ' "task": {"type": "worker", "index": 0}}.')
+  try:
     return tf.distribute.MultiWorkerMirroredStrategy()
-  raise ValueError(f"unknown strategy {name!r}; expected one of "
-                   f"{list(STRATEGIES)}.")
+  except RuntimeError as e:  # "must be configured at program startup"
+    raise ValueError(
+        f"strategy multi_worker must be made before any other TensorFlow "
+        f"work in the process (as `experiments.run` does): {e}") from None
 
 
 def check_batch(strategy, batch_size):
@@ -67,8 +77,9 @@ def check_batch(strategy, batch_size):
   replicas = strategy.num_replicas_in_sync
   if batch_size % replicas:
     raise ValueError(
-        f"batch_size {batch_size} must be a multiple of the strategy's "
-        f"{replicas} replicas, so that each computes on as many images.")
+        f"batch_size {batch_size} (the flag's, or sized to the data) must "
+        f"be a multiple of the strategy's {replicas} replicas, so that each "
+        f"computes on as many images: give batch_size.")
 
 
 def replicas():
@@ -90,11 +101,15 @@ def global_rows(tensor):
     return tensor
   context = tf.distribute.get_replica_context()
   shape = tf.shape(tensor)
+  # Integers (groups, assignments) travel as float32: exact below 2^24, and
+  # not every all-reduce implementation takes int32.
+  values = tf.cast(tensor, tf.float32) if tensor.dtype.is_integer else tensor
   blocks = tf.scatter_nd(
-      [[context.replica_id_in_sync_group]], tensor[tf.newaxis],
+      [[context.replica_id_in_sync_group]], values[tf.newaxis],
       tf.concat([[context.num_replicas_in_sync], shape], 0))
   blocks = context.all_reduce(tf.distribute.ReduceOp.SUM, blocks)
-  return tf.reshape(blocks, tf.concat([[-1], shape[1:]], 0))
+  return tf.cast(tf.reshape(blocks, tf.concat([[-1], shape[1:]], 0)),
+                 tensor.dtype)
 
 
 def first_row():
@@ -106,7 +121,33 @@ def first_row():
 
 
 def is_multi_worker(strategy):
-  return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+  """A MultiWorkerMirroredStrategy whose cluster has several tasks (as
+  Keras decides whether to reduce its logs over workers)."""
+  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    return False
+  return sum(len(tasks) for tasks in strategy.cluster_resolver
+             .cluster_spec().as_dict().values()) > 1
+
+
+def check_workers_agree(strategy, *, refused, checkpoint):
+  """Under several workers, raises ValueError on every worker unless all
+  accepted their workdir (`refused`: this one did not) and resume from
+  the same checkpoint number (0: none), instead of one stopping while
+  the others wait for it, or each training from other weights. A
+  collective: every worker calls it."""
+  if not is_multi_worker(strategy):
+    return
+  mine = tf.constant([[float(refused), float(checkpoint)]])
+  rows = strategy.experimental_local_results(
+      strategy.run(lambda: global_rows(mine)))[0].numpy()
+  if rows[:, 0].any() and not refused:
+    raise ValueError("another worker refused the run's workdir; see its "
+                     "error.")
+  if len(set(rows[:, 1])) > 1:
+    raise ValueError(
+        f"the workers would resume from different checkpoints "
+        f"({sorted(set(int(c) for c in rows[:, 1]))}): the workdir must be "
+        f"on a file system every worker sees.")
 
 
 def is_chief(strategy):

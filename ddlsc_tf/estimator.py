@@ -31,6 +31,9 @@ _DERIVED = {"dataset", "num_clusters", "max_examples", "image_size",
 # Config fields that have an estimator parameter of another name.
 _RENAMED = {"seed": "random_state"}
 # The estimator's own parameters, besides the config overrides.
+# Several machines need their strategy made before any TensorFlow work,
+# which a fit inside a user's program cannot promise.
+ESTIMATOR_STRATEGIES = ("default", "mirrored")
 _OWN = ("n_clusters", "preset", "random_state", "workdir", "verbose",
         "strategy")
 # A run seeds k-means etc. with seed + phase index, which must stay below
@@ -100,11 +103,10 @@ class DDLSC:
     workdir: folder for checkpoints, TensorBoard logs, result.json and the
       saved model; None: a temporary folder, removed after `fit`.
     verbose: Keras progress output during fit (0 silent, 1 bars, 2 lines).
-    strategy: the tf.distribute strategy fit trains under, by name
-      (`distribute.STRATEGIES`): "default" (one device), "mirrored" (all
-      GPUs of this machine) or "multi_worker" (every machine in TF_CONFIG
-      runs the same fit; only the chief writes `workdir`). The batch must
-      be a multiple of the replicas.
+    strategy: the tf.distribute strategy fit trains under, by name:
+      "default" (one device) or "mirrored" (all GPUs of this machine; the
+      batch must be a multiple of their number). Several machines:
+      `experiments.run --strategy=multi_worker`.
     **overrides: `configs.Config` fields, e.g. pretrain_epochs=20,
       batch_size=500 (see `configs.for_images` for the defaults); not
       `seed`, which is `random_state`.
@@ -197,9 +199,14 @@ class DDLSC:
     train.check_config_for_data(config, len(images))
     train.check_phases(config.phases, init_from=None)
     train.check_start(config, images.shape[1:])
+    if self.strategy not in ESTIMATOR_STRATEGIES:
+      raise ValueError(
+          f"strategy must be one of {list(ESTIMATOR_STRATEGIES)}, got "
+          f"{self.strategy!r}; several machines train with "
+          f"`python -m experiments.run --strategy=multi_worker`.")
     strategy = distribute.make_strategy(self.strategy)
     distribute.check_batch(strategy, config.batch_size)
-    if self.workdir is None or not distribute.is_chief(strategy):
+    if self.workdir is None:
       with tempfile.TemporaryDirectory(prefix="ddlsc-") as workdir:
         self._fit_in(workdir, config, images, labels, strategy)
     else:

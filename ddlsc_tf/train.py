@@ -198,15 +198,32 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
         workdir, "checkpoint", checkpoints.Checkpointer.STATE))
     check_start(config, images.shape[1:],
                 init_from=None if resumes else init_from, build=build)
-    workdir_lib.prepare_workdir(workdir, config, resume=resume,
-                                overwrite=overwrite, init_from=init_from)
+    refusal = None
+    try:
+      workdir_lib.prepare_workdir(workdir, config, resume=resume,
+                                  overwrite=overwrite, init_from=init_from)
+    except (FileExistsError, ValueError) as e:
+      refusal = e
+    distribute.check_workers_agree(
+        strategy, refused=refusal is not None,
+        checkpoint=_checkpoint_number(workdir) if resumes else 0)
+    if refusal is not None:
+      raise refusal
     # The run keeps one tensor copy of the images; the NumPy one goes.
     images = data.as_tensor(images)
     _, result = run_phases(config, images, labels, workdir,
                            init_from=init_from, verbose=verbose, build=build,
-                           resume=resume, pictures=pictures,
+                           resume=resume,
+                           # Another worker's pictures would be dropped.
+                           pictures=pictures and distribute.is_chief(strategy),
                            strategy=strategy)
   return result
+
+
+def _checkpoint_number(workdir):
+  """The number of the workdir's last checkpoint, 0 when it has none."""
+  return checkpoints.read_json(os.path.join(
+      workdir, "checkpoint", checkpoints.Checkpointer.STATE))["checkpoint"]
 
 
 @contextlib.contextmanager

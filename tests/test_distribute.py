@@ -39,6 +39,11 @@ def test_unknown_strategy_is_refused_by_name():
     distribute.make_strategy("tpu")
 
 
+def test_workers_on_one_machine_need_no_agreement():
+  distribute.check_workers_agree(distribute.make_strategy("default"),
+                                 refused=False, checkpoint=3)
+
+
 def test_a_strategy_is_made_once_per_process():
   assert distribute.make_strategy("mirrored") is distribute.make_strategy(
       "mirrored")
@@ -47,14 +52,16 @@ def test_a_strategy_is_made_once_per_process():
 def test_a_batch_that_does_not_split_evenly_is_refused():
   two = types.SimpleNamespace(num_replicas_in_sync=2)
   distribute.check_batch(two, 64)
-  with pytest.raises(ValueError, match="batch_size 63 .* 2 replicas"):
+  with pytest.raises(ValueError, match="batch_size 63 .* 2 replicas.*give"):
     distribute.check_batch(two, 63)
 
 
 def test_the_estimator_refuses_an_unknown_strategy_before_training():
   images = np.zeros((40, 28, 28, 1), np.float32)
-  with pytest.raises(ValueError, match="unknown strategy"):
+  with pytest.raises(ValueError, match="strategy must be one of"):
     estimator.DDLSC(n_clusters=2, strategy="several").fit(images)
+  with pytest.raises(ValueError, match="experiments.run --strategy"):
+    estimator.DDLSC(n_clusters=2, strategy="multi_worker").fit(images)
 
 
 def test_a_replica_gets_the_maps_of_its_rows_of_the_global_batch():
@@ -149,6 +156,14 @@ def test_two_workers_train_as_one_device_and_resume_after_a_kill(tmp_path):
   assert golden_runs.differences(_result(tmp_path / "one"),
                                  _result(tmp_path / "two"),
                                  tolerance=0.01) == []
+
+  # A second run on the finished workdir: the chief refuses it, and the
+  # other worker stops too instead of waiting for the chief.
+  again = _two_workers(images, tmp_path / "two")
+  errors = [p.communicate(timeout=600)[1] for p in again]
+  assert [p.returncode for p in again] == [1, 1]
+  assert "FileExistsError" in errors[0]
+  assert "another worker refused" in errors[1]
 
   killed = tmp_path / "killed"
   procs = _two_workers(images, killed)
