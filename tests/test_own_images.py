@@ -81,7 +81,8 @@ def test_params_round_trip():
   estimator = DDLSC(n_clusters=5, batch_size=32)
   params = estimator.get_params()
   assert params == {"n_clusters": 5, "preset": None, "random_state": 0,
-                    "workdir": None, "verbose": 0, "batch_size": 32}
+                    "workdir": None, "verbose": 0, "strategy": "default",
+                    "batch_size": 32}
   estimator.set_params(n_clusters=7, lambda_r=0.2)
   assert estimator.get_params()["n_clusters"] == 7
   assert estimator.get_params()["lambda_r"] == 0.2
