@@ -217,6 +217,19 @@ def save_npy_atomic(path, array):
   write_atomic(path, write, ".npy")
 
 
+def load_state(folder):
+  """The last state a `Checkpointer` saved in `folder`, or None."""
+  path = os.path.join(folder, Checkpointer.STATE)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except ValueError as e:
+    raise ValueError(f"checkpoint state {path} is not valid JSON ({e}); "
+                     f"remove {folder} to start over.") from e
+
+
 class Checkpointer:
   """Saves and restores where a run is, in `folder`.
 
@@ -237,15 +250,7 @@ class Checkpointer:
 
   def load(self):
     """The last saved state, or None when there is none."""
-    path = os.path.join(self.folder, self.STATE)
-    if not os.path.exists(path):
-      return None
-    try:
-      with open(path) as f:
-        return json.load(f)
-    except ValueError as e:
-      raise ValueError(f"checkpoint state {path} is not valid JSON ({e}); "
-                       f"remove {self.folder} to start over.") from e
+    return load_state(self.folder)
 
   def save(self, model, state, assignments=None):
     os.makedirs(self.folder, exist_ok=True)

@@ -179,3 +179,11 @@ def own_workdir(strategy, workdir, *, resume):
         elif os.path.isfile(source):
           shutil.copy(source, private)
     yield private
+
+
+def step_logs(strategy, metrics):
+  """A train step's logs, {name: result}: [1]-shaped under several workers,
+  where Keras 3 averages them along axis 0 (keras-team/keras#20585)."""
+  if is_multi_worker(strategy):
+    return {m.name: tf.reshape(m.result(), [1]) for m in metrics}
+  return {m.name: m.result() for m in metrics}

@@ -18,6 +18,7 @@ from ddlsc_tf import distribute
 from ddlsc_tf import loss_settings
 from ddlsc_tf import losses
 from ddlsc_tf import networks
+from ddlsc_tf import saved_model
 
 PACKAGE = "ddlsc_tf"
 PHASES = configs.PHASES
@@ -243,30 +244,12 @@ class DDLSC(keras.Model):
 
   def export(self, filepath, format="tf_saved_model", verbose=None,
              input_signature=None, **kwargs):
-    """Exports a SavedModel whose default `serve` endpoint is `self.serve`.
-
-    `serve` (also "serving_default") takes float32 images in [0, 1]
-    [N, H, W, C], `serve_uint8` uint8 ones; both return {"embedding",
-    "cluster", "scores"}. `tf.saved_model.load(filepath)` loads it without
-    ddlsc_tf. Other formats fall back to `keras.Model.export`.
-    """
+    """Writes the SavedModel of `saved_model.write` (endpoints `serve` and
+    `serve_uint8`); other formats fall back to `keras.Model.export`."""
     if format != "tf_saved_model" or input_signature is not None:
       return super().export(filepath, format=format, verbose=verbose,
                             input_signature=input_signature, **kwargs)
-    archive = keras.export.ExportArchive()
-    archive.track(self)
-    shape = (None, *self.image_shape)
-    archive.add_endpoint(
-        "serve", self.serve,
-        input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
-    archive.add_endpoint(
-        "serve_uint8",
-        # In float64, then float32: exactly u / 255 as NumPy divides (in a
-        # graph float32 x / 255 becomes x * (1 / 255), off by one rounding).
-        lambda images: self.serve(tf.cast(
-            tf.cast(images, tf.float64) / 255.0, tf.float32)),
-        input_signature=[tf.TensorSpec(shape, tf.uint8, name="images")])
-    archive.write_out(filepath, verbose=bool(verbose))
+    saved_model.write(self, filepath, verbose=bool(verbose))
     return None
 
   # --- The train steps ------------------------------------------------------
@@ -325,10 +308,7 @@ class DDLSC(keras.Model):
         tape.gradient(total, variables, output_gradients=scale), variables))
     for tracker, value in zip(self._trackers[self.phase], values):
       tracker.update_state(value)
-    if distribute.is_multi_worker(self.distribute_strategy):
-      # Keras 3 averages the logs over workers along axis 0: not a scalar.
-      return {m.name: tf.reshape(m.result(), [1]) for m in self.metrics}
-    return {m.name: m.result() for m in self.metrics}
+    return distribute.step_logs(self.distribute_strategy, self.metrics)
 
   def _pretrain_step(self, data):
     """Algorithm 1's step: eq. 6 on one batch (+ λ_g L_g with groups)."""

@@ -6,10 +6,7 @@ DIR/result.json, each phase's model, the final model, the SavedModel and
 the pictures (`workdir` says what a run folder holds).
 """
 
-import contextlib
 import os
-import signal
-import threading
 
 from absl import logging
 import keras
@@ -194,8 +191,9 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     check_config_for_data(config, len(images))
     distribute.check_batch(strategy, config.batch_size)
     # A resumed run with a checkpoint starts from it, not from init_from.
-    resumes = resume and os.path.exists(os.path.join(
-        workdir, "checkpoint", checkpoints.Checkpointer.STATE))
+    saved = checkpoints.load_state(os.path.join(workdir, "checkpoint")) if (
+        resume) else None
+    resumes = saved is not None
     check_start(config, images.shape[1:],
                 init_from=None if resumes else init_from, build=build)
     refusal = None
@@ -206,7 +204,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       refusal = e
     distribute.check_workers_agree(
         strategy, refused=refusal is not None,
-        checkpoint=_checkpoint_number(workdir) if resumes else 0)
+        checkpoint=saved["checkpoint"] if resumes else 0)
     if refusal is not None:
       raise refusal
     # The run keeps one tensor copy of the images; the NumPy one goes.
@@ -218,32 +216,6 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
                            pictures=pictures and distribute.is_chief(strategy),
                            strategy=strategy)
   return result
-
-
-def _checkpoint_number(workdir):
-  """The number of the workdir's last checkpoint, 0 when it has none."""
-  return checkpoints.read_json(os.path.join(
-      workdir, "checkpoint", checkpoints.Checkpointer.STATE))["checkpoint"]
-
-
-@contextlib.contextmanager
-def _stop_on_sigterm(run):
-  """While the run lasts, SIGTERM asks it to stop after its next checkpoint
-  (`workdir.Run.check_stop`) instead of killing it mid-write."""
-  if threading.current_thread() is not threading.main_thread():
-    yield  # only the main thread may set signal handlers
-    return
-
-  def handler(signum, frame):
-    del signum, frame
-    logging.warning("SIGTERM: stopping after the next checkpoint")
-    run.stop_requested = True
-
-  previous = signal.signal(signal.SIGTERM, handler)
-  try:
-    yield
-  finally:
-    signal.signal(signal.SIGTERM, previous)
 
 
 def _start_phase(model, phase, run, resume_state):
@@ -363,7 +335,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   config, choice = decide_from_data(config, run.tables, len(images))
   if choice:
     result["decided_from_data"] = choice
-  with _stop_on_sigterm(run):
+  with run.stop_on_sigterm():
     _run_all(model, images, labels, config, run, state, pictures)
     if not cluster.centroids_initialised(model):
       # Pre-training only: the exported model's centroids come from the

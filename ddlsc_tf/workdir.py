@@ -9,13 +9,17 @@ every 10 s of epochs, so that a killed run continues with `resume=True`
 near where it stopped.
 """
 
+import contextlib
 import errno
 import fcntl
 import glob
 import os
 import shutil
+import signal
+import threading
 import time
 
+from absl import logging
 import keras
 
 from ddlsc_tf import checkpoints
@@ -205,6 +209,25 @@ class Run:
       raise RunInterrupted(
           f"stopped on request after the last checkpoint in "
           f"{self.workdir}; continue the run with --resume.")
+
+  @contextlib.contextmanager
+  def stop_on_sigterm(self):
+    """While it lasts, SIGTERM asks the run to stop after its next
+    checkpoint (`check_stop`) instead of killing it mid-write."""
+    if threading.current_thread() is not threading.main_thread():
+      yield  # only the main thread may set signal handlers
+      return
+
+    def handler(signum, frame):
+      del signum, frame
+      logging.warning("SIGTERM: stopping after the next checkpoint")
+      self.stop_requested = True
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+      yield
+    finally:
+      signal.signal(signal.SIGTERM, previous)
 
   def stop_callback(self):
     return StopAfterCheckpoint(self)

@@ -151,13 +151,17 @@ def _ablation(root, data_dir, manual_dir, *extra):
 def test_the_harness_runs_resumes_and_writes_its_table(tmp_path,
                                                        tfds_data_dir,
                                                        mnist_manual_dir):
-  rungs = "--rungs=raw,recon,copies,pull,softmax"
+  # softmax runs before the rung whose pre-training it shares (pull), so
+  # it runs every phase itself; vote, run with pull, starts from pull's.
+  _ablation(tmp_path, tfds_data_dir, mnist_manual_dir, "--seeds=0",
+            "--rungs=raw,recon,copies,softmax")
+  rungs = "--rungs=raw,recon,copies,pull,softmax,vote"
   done = _ablation(tmp_path, tfds_data_dir, mnist_manual_dir, "--seeds=0",
                    rungs)
   root = tmp_path / "mnist_test"
   summary = json.loads((root / "ablation_mnist_test.json").read_text())
   assert [r["rung"] for r in summary["rungs"]] == [
-      "raw", "recon", "copies", "pull", "softmax"]
+      "raw", "recon", "copies", "pull", "softmax", "vote"]
   assert summary["overrides"]["max_examples"] == 300
   assert summary["provenance"]["command"].startswith(
       "python -m experiments.ablation ")
@@ -171,62 +175,35 @@ def test_the_harness_runs_resumes_and_writes_its_table(tmp_path,
   assert records["copies"]["pretrain_averaged"] is not None
   assert records["copies"]["pretrain"] != records["copies"][
       "pretrain_averaged"]
-  # softmax changes the stages only: it starts from pull's pre-training.
-  assert records["softmax"]["pretrained_in"] == "pull"
-  assert records["softmax"]["pretrain"] == records["pull"]["pretrain"]
-  result = json.loads((root / "softmax" / "seed0" / "result.json")
-                      .read_text())
+  # vote changes the stages only: it starts from pull's pre-training.
+  assert records["vote"]["pretrained_in"] == "pull"
+  assert records["vote"]["pretrain"] == records["pull"]["pretrain"]
+  result = json.loads((root / "vote" / "seed0" / "result.json").read_text())
   assert list(result["phases"]) == ["cluster1", "cluster2"]
   assert result["init_from"] == str(root / "pull" / "seed0" /
                                     "pretrain.keras")
+  # A rung that ran every phase itself is read as such, whatever the
+  # ladder would share now; same config, same seed: pull's pre-training,
+  # to the digit.
+  assert records["softmax"]["pretrained_in"] is None
+  softmax = json.loads((root / "softmax" / "seed0" / "result.json")
+                       .read_text())
+  assert list(softmax["phases"]) == ["pretrain", "cluster1", "cluster2"]
+  assert records["softmax"]["pretrain"] == records["pull"]["pretrain"]
   for record in summary["records"]:
     assert 0.0 <= record["final"]["acc"] <= 1.0
     assert record["seconds"] >= 0
   table = (root / "ablation_mnist_test.md").read_text()
-  assert table.startswith("| rung |") and "| softmax |" in table
+  assert table.startswith("| rung |") and "| vote |" in table
   assert "| rung |" in done.stdout
-
-  # A rung that ran every phase itself is read as such, whatever the
-  # ladder would share now.
-  alone = tmp_path / "alone"
-  _ablation(alone, tfds_data_dir, mnist_manual_dir, "--seeds=0",
-            "--rungs=softmax")
-  _ablation(alone, tfds_data_dir, mnist_manual_dir, "--seeds=0",
-            "--rungs=pull,softmax")
-  both = json.loads((alone / "mnist_test" / "ablation_mnist_test.json")
-                    .read_text())["records"]
-  assert both[1]["pretrained_in"] is None
-  alone_result = json.loads((alone / "mnist_test" / "softmax" / "seed0" /
-                             "result.json").read_text())
-  assert list(alone_result["phases"]) == ["pretrain", "cluster1", "cluster2"]
-  # Same config, same seed: its own pre-training is pull's, to the digit.
-  assert both[1]["pretrain"] == both[0]["pretrain"]
 
   # Run again: the finished runs are read, not repeated.
   stamps = {p: p.stat().st_mtime for p in root.glob("*/seed0/*.json")}
-  assert len(stamps) == 9  # result.json of each, config.json of 4
+  assert len(stamps) == 11  # result.json of each, config.json of 5
   _ablation(tmp_path, tfds_data_dir, mnist_manual_dir, "--seeds=0", rungs)
   assert {p: p.stat().st_mtime for p in stamps} == stamps
   again = json.loads((root / "ablation_mnist_test.json").read_text())
   assert again["records"] == summary["records"]
-  # --collect runs nothing: seed 1 has no finished run, so it is left out.
-  _ablation(tmp_path, tfds_data_dir, mnist_manual_dir, "--seeds=0,1", rungs,
-            "--collect")
-  assert not (root / "recon" / "seed1").exists()
-  collected = json.loads((root / "ablation_mnist_test.json").read_text())
-  assert collected["records"] == summary["records"]
-  # --add_to keeps an earlier table's records beside the runs found: the
-  # runs replace the records of their rung and seed.
-  earlier = tmp_path / "earlier.json"
-  earlier.write_text(json.dumps({"records": [
-      _record("paper", 5, 0.7), _record("raw", 0, 0.0)]}))
-  _ablation(tmp_path, tfds_data_dir, mnist_manual_dir, "--seeds=0", rungs,
-            "--collect", f"--add_to={earlier}")
-  added = json.loads(earlier.read_text())
-  assert [(r["rung"], r["seed"]) for r in added["records"]] == sorted(
-      [("paper", 5)] + [(r["rung"], 0) for r in summary["records"]])
-  assert {r["rung"]: r for r in added["records"]}["raw"] == records["raw"]
-  assert "paper" in [r["rung"] for r in added["rungs"]]
 
 
 def _record(rung, seed, acc, pretrain=None):
