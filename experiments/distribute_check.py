@@ -112,7 +112,7 @@ def runs(workdir):
   images = (templates[labels] * 0.8 + rng.random((512, 28, 28, 1)) * 0.2
             ).astype(np.float32)
   config = configs.FOLDER.replace(
-      num_clusters=4, batch_size=64, pretrain_epochs=2, eval_every=1,
+      num_clusters=4, pretrain_epochs=2, eval_every=1,
       cluster1_iterations=2, cluster2_iterations=2,
       min_steps_per_iteration=1)
   out = {}
