@@ -317,6 +317,10 @@ GENERAL = MNIST.replace(
 # exact assignment grows as N^3 (250 s an iteration at 7,200 images).
 CHAINS = dict(anchor_groups=True, cluster2_assignment="balanced")
 CHAINS_BALANCED_POINTS = 2000
+# Above it, as COIL-100's preset: a spectral start and a new partition every
+# iteration (development seed 100 of COIL-100 in gray: 0.604 -> 0.695).
+CHAINS_MANY = dict(anchor_groups=True, cluster_init="spectral",
+                   cluster2_assignment="refresh")
 GENERAL_LATENT = 60            # the last layer's filters give d >= this
 GENERAL_PRETRAIN_STEPS = 1000  # pre-training's optimizer steps, any N
 

@@ -242,18 +242,18 @@ def _run_phase(model, images, labels, config, run, phase, resume_state):
 
 def decide_from_data(config, tables, num_examples):
   """(config, choice): a config that leaves anchor_groups to the data
-  (None, the general recipe's) with configs.CHAINS applied when the images
-  come in chains (`neighbours.Tables.chains`), anchor_groups off when not;
+  (None, the general recipe's) with configs.CHAINS (over
+  CHAINS_BALANCED_POINTS images CHAINS_MANY) applied when the images come
+  in chains (`neighbours.Tables.chains`), anchor_groups off when not;
   choice is result.json's record of it (None when nothing was left)."""
   if config.anchor_groups is not None:
     return config, None
   chains, why = tables.chains(config.num_clusters)
   changes = dict(configs.CHAINS) if chains else {"anchor_groups": False}
-  if (changes.get("cluster2_assignment") == "balanced"
-      and num_examples > configs.CHAINS_BALANCED_POINTS):
-    del changes["cluster2_assignment"]
-    why += (f"; over {configs.CHAINS_BALANCED_POINTS} images: no equal-size "
-            f"stage II")
+  if chains and num_examples > configs.CHAINS_BALANCED_POINTS:
+    changes = dict(configs.CHAINS_MANY)
+    why += (f"; over {configs.CHAINS_BALANCED_POINTS} images: a spectral "
+            f"start and a new partition every iteration, not equal sizes")
   logging.info("decided from the data: %s (%s)", changes, why)
   return config.replace(**changes), {"chains": chains, "why": why,
                                      "changes": changes}

@@ -208,11 +208,14 @@ def test_the_general_recipe_applies_chains_only_to_chained_data():
   assert config == general.replace(anchor_groups=False)
   assert not choice["chains"] and choice["changes"] == {
       "anchor_groups": False}
-  # Too many images for an exact equal-size assignment: groups alone.
+  # Too many images for an exact equal-size assignment: groups, a spectral
+  # start and refreshed partitions.
   config, choice = train.decide_from_data(
       general, chains, configs.CHAINS_BALANCED_POINTS + 1)
-  assert config.anchor_groups and config.cluster2_assignment == "nearest"
-  assert "no equal-size stage II" in choice["why"]
+  assert config == general.replace(**configs.CHAINS_MANY)
+  assert (config.cluster_init, config.cluster2_assignment) == (
+      "spectral", "refresh")
+  assert "not equal sizes" in choice["why"]
   # A preset decides nothing.
   assert train.decide_from_data(configs.COIL20, chains, 12) == (
       configs.COIL20, None)
