@@ -191,11 +191,10 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     check_config_for_data(config, len(images))
     distribute.check_batch(strategy, config.batch_size)
     # A resumed run with a checkpoint starts from it, not from init_from.
-    saved = checkpoints.load_state(os.path.join(workdir, "checkpoint")) if (
-        resume) else None
-    resumes = saved is not None
+    saved = (checkpoints.load_state(os.path.join(workdir, "checkpoint"))
+             if resume else None)
     check_start(config, images.shape[1:],
-                init_from=None if resumes else init_from, build=build)
+                init_from=None if saved else init_from, build=build)
     refusal = None
     try:
       workdir_lib.prepare_workdir(workdir, config, resume=resume,
@@ -204,7 +203,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       refusal = e
     distribute.check_workers_agree(
         strategy, refused=refusal is not None,
-        checkpoint=saved["checkpoint"] if resumes else 0)
+        checkpoint=saved["checkpoint"] if saved else 0)
     if refusal is not None:
       raise refusal
     # The run keeps one tensor copy of the images; the NumPy one goes.
