@@ -121,6 +121,19 @@ def phase_result(history, epochs, seconds):
           "history": history}
 
 
+def batches(images, labels, config, tables, *, first_epoch, epochs):
+  """Pre-training's (dataset, steps_per_epoch) for epochs [first_epoch,
+  epochs): shuffled batches, grouped by `tables`' neighbours and anchor
+  groups where the config asks for them (`data.train_dataset`)."""
+  return data.train_dataset(
+      images, labels, batch_size=config.batch_size, seed=config.seed,
+      first_epoch=first_epoch, epochs=epochs,
+      groups=(tables.groups(config.num_clusters)
+              if config.anchor_groups else None),
+      neighbours=tables.raw() if config.batch_neighbours else None,
+      neighbours_per_seed=config.batch_neighbours)
+
+
 def pretrain(model, images, labels, config, run, resume_state=None):
   """Algorithm 1 on `images` ([N, H, W, C] tensor); labels only score.
 
@@ -161,13 +174,9 @@ def pretrain(model, images, labels, config, run, resume_state=None):
                run.stop_callback()]
   if config.pretrain_tolerance > 0:
     callbacks.insert(0, plateau)
-  dataset, steps = data.train_dataset(
-      images, labels, batch_size=config.batch_size, seed=config.seed,
-      first_epoch=s["epoch"], epochs=config.pretrain_epochs,
-      groups=(run.tables.groups(config.num_clusters)
-              if config.anchor_groups else None),
-      neighbours=(run.tables.raw() if config.batch_neighbours else None),
-      neighbours_per_seed=config.batch_neighbours)
+  dataset, steps = batches(images, labels, config, run.tables,
+                           first_epoch=s["epoch"],
+                           epochs=config.pretrain_epochs)
   model.fit(dataset, steps_per_epoch=steps, initial_epoch=s["epoch"],
             epochs=config.pretrain_epochs, callbacks=callbacks,
             verbose=run.verbose, shuffle=False)  # the batches' own order

@@ -6,7 +6,10 @@ operations), pretrain_flops_per_s against matmul_flops_per_s (the machine's
 float32 peak as a large matmul reaches it), recon_only_examples_per_s,
 cluster1_examples_per_s, cluster2_examples_per_s, eval_seconds,
 tables_seconds (the run's whole-data neighbour tables), tsne_seconds (one
-t-SNE picture), peak_rss_bytes and more.
+t-SNE picture), peak_rss_bytes and more. With --scales=1,4,16 also the
+cost per image of each whole-data step on the images enlarged that many
+times by random affine copies (`scaling.scale_table`; MNIST's 70,000
+become 1.12M), each size in its own process, under "scale".
 """
 
 import os
@@ -19,6 +22,7 @@ from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
 from ddlsc_tf import pictures
+from ddlsc_tf import scaling
 from experiments import cli
 from experiments import config_flags
 
@@ -28,6 +32,9 @@ flags.DEFINE_string("dataset", "mnist",
                     "or folder:PATH.")
 config_flags.define_data_flags()
 flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
+flags.DEFINE_list("scales", [],
+                  "Also time the whole-data steps on the images enlarged by "
+                  "each of these factors (ints), e.g. 1,4,16.")
 flags.DEFINE_string("out", "benchmark.json", "Where to write the JSON.")
 flags.DEFINE_string(
     "reference",
@@ -104,8 +111,24 @@ def main(argv):
   width = max(len(name) for name, _ in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value}")
+  if FLAGS.scales:
+    result["scale"] = scaling.scale_table(
+        config, images.numpy(), labels, [int(f) for f in FLAGS.scales])
+    _print_scale(result["scale"])
   checkpoints.write_json_atomic(FLAGS.out, result)
   print(f"wrote {FLAGS.out}")
+
+
+def _print_scale(scale):
+  steps = [s[:-len("_seconds")] for s in scaling.STEPS]
+  print("\n| images | " + " | ".join(f"{s} s (us/image)" for s in steps)
+        + " | peak GiB |\n|" + "---|" * (len(steps) + 2))
+  for row in scale["rows"]:
+    print(f"| {row['num_examples']:,} | " + " | ".join(
+        f"{row[s + '_seconds']:.1f} ({row[s + '_us_per_image']:.0f})"
+        for s in steps) + f" | {row['peak_rss_bytes'] / 2**30:.2f} |")
+  print("largest / smallest cost per image: " + ", ".join(
+      f"{s} {scale['flatness'][s]:.2f}x" for s in steps))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,173 @@
+"""How a run's cost grows with the number of images N.
+
+`enlarge` makes a set for scale only: the images, then rounds of random
+affine copies of them. `costs` times each whole-data step of a run on one
+set: the neighbour tables, one pre-training epoch, the clustering start
+(embedding and k-means) and one stage-II iteration with the vote on the
+latent's neighbours too (a run's costliest kind). `scale_table` runs
+`costs` at several sizes, each in a fresh process so that each peak
+memory is that size's own.
+"""
+
+import multiprocessing
+import os
+import resource
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from ddlsc_tf import augment
+from ddlsc_tf import checkpoints
+from ddlsc_tf import cluster
+from ddlsc_tf import data
+from ddlsc_tf import neighbours
+from ddlsc_tf import pretrain
+from ddlsc_tf import provenance
+from ddlsc_tf import train
+from ddlsc_tf import workdir as workdir_lib
+
+# The timed steps, in the order a run meets them.
+STEPS = ("tables_seconds", "pretrain_epoch_seconds", "start_seconds",
+         "cluster_iteration_seconds")
+
+
+def enlarge(images, labels, factor, *, affine, seed, chunk=10000):
+  """The images, then factor − 1 rounds of random affine copies of them.
+
+  Args:
+    images: [N, H, W, C] float32 NumPy.
+    labels: [N] ints or None.
+    factor: int >= 1.
+    affine: an `augment.Affine`, the copies' largest change.
+    seed: int; one seed gives one set.
+    chunk: images warped per call.
+
+  Returns:
+    (images [factor N, H, W, C] float32, labels [factor N] or None).
+  """
+  if factor < 1 or affine is None:
+    raise ValueError(f"enlarge needs factor >= 1 and an affine change, got "
+                     f"{factor} and {affine}.")
+  n = len(images)
+  out = np.empty((factor * n,) + images.shape[1:], np.float32)
+  out[:n] = images
+  for r in range(1, factor):
+    for start in range(0, n, chunk):
+      x = tf.constant(images[start:start + chunk], tf.float32)
+      out[r * n + start:r * n + start + len(x)] = augment.random_affine(
+          x, affine=affine, seed=tf.constant([seed, r]), first=start,
+          total=n).numpy()  # round r's maps, whatever the chunk
+  return out, None if labels is None else np.tile(labels, factor)
+
+
+def costs(config, images, labels, workdir):
+  """Seconds of each whole-data step of a run on `images` (`STEPS`).
+
+  Args:
+    config: a `configs.Config`.
+    images: [N, H, W, C] float32 tensor or NumPy.
+    labels: [N] ints (the stage scores them) or None.
+    workdir: an empty folder for the stage's checkpoints.
+
+  Returns:
+    {"num_examples", *STEPS}.
+  """
+  train.check_config_for_data(config, len(images))
+  provenance.seed_everything(config.seed)
+  images = data.as_tensor(images)
+  result = {"num_examples": int(len(images))}
+  start = time.perf_counter()
+  tables = neighbours.Tables(images, k=config.knn_k)
+  tables.raw()
+  if config.vote_rounds:
+    tables.raw(neighbours.VOTE_SHIFT)
+  result["tables_seconds"] = time.perf_counter() - start
+
+  model = train.build_model(config, images.shape[1:])
+  model.phase = "pretrain"
+  train.compile_model(model)
+  dataset, _ = pretrain.batches(images, labels, config, tables,
+                                first_epoch=0, epochs=1)
+  model.fit(dataset, steps_per_epoch=2, verbose=0, shuffle=False)  # traces
+  start = time.perf_counter()
+  dataset, steps = pretrain.batches(images, labels, config, tables,
+                                    first_epoch=1, epochs=2)
+  model.fit(dataset, steps_per_epoch=steps, verbose=0, shuffle=False)
+  result["pretrain_epoch_seconds"] = time.perf_counter() - start
+
+  start = time.perf_counter()
+  assignments = cluster.start_partition(model, images, config)
+  result["start_seconds"] = time.perf_counter() - start
+
+  model.phase = "cluster2"
+  train.compile_model(model)
+  dataset, _ = data.train_dataset(images, labels,
+                                  batch_size=config.batch_size,
+                                  seed=config.seed,
+                                  assignments=assignments.astype(np.int32))
+  model.fit(dataset, steps_per_epoch=1, verbose=0, shuffle=False)  # traces
+  run = workdir_lib.Run(
+      model, workdir, verbose=0,
+      checkpointer=checkpoints.Checkpointer(os.path.join(workdir, "ckpt")),
+      result={}, done=[], tables=tables, data=None)
+  stage = config.replace(
+      cluster2_iterations=1, cluster2_assignment="nearest",
+      vote_latent_from=0 if config.vote_rounds else None)
+  history = cluster.cluster_stage(model, images, labels, stage, run,
+                                  "cluster2")["history"]
+  # From iteration 0's S to iteration 1's: its epochs, then the next S.
+  result["cluster_iteration_seconds"] = (history[1]["seconds"]
+                                         - history[0]["seconds"])
+  return result
+
+
+def _costs_in_this_process(config, images, labels, factor, seed):
+  images, labels = enlarge(images, labels, factor,
+                           affine=augment.Affine.parse(config.augment),
+                           seed=seed)
+  images = data.as_tensor(images)  # as a run: one tensor copy, no NumPy
+  with tempfile.TemporaryDirectory() as workdir:
+    result = costs(config, images, labels, workdir)
+  result["factor"] = factor
+  # ru_maxrss is in KiB on Linux.
+  result["peak_rss_bytes"] = resource.getrusage(
+      resource.RUSAGE_SELF).ru_maxrss * 1024
+  return result
+
+
+def scale_table(config, images, labels, factors, *, seed=0):
+  """`costs` on `images` enlarged by each factor, each in a new process.
+
+  Args:
+    config: a `configs.Config` with an `augment` change (the copies').
+    images, labels: the data to enlarge, NumPy.
+    factors: ints >= 1, e.g. (1, 4, 16).
+    seed: the copies' seed.
+
+  Returns:
+    {"rows": one `costs` dict per factor with "factor", "peak_rss_bytes"
+    and each step's microseconds per image ("<step>_us_per_image"),
+    "flatness": per step, the largest over the smallest cost per image}.
+  """
+  if not factors or min(factors) < 1:
+    raise ValueError(f"factors must be ints >= 1, got {list(factors)}.")
+  rows = []
+  # A fresh process per size: peak memory is per process and never falls.
+  context = multiprocessing.get_context("spawn")
+  for factor in factors:
+    with context.Pool(1) as pool:
+      row = pool.apply(_costs_in_this_process,
+                       (config, np.asarray(images, np.float32),
+                        None if labels is None else np.asarray(labels),
+                        int(factor), seed))
+    for step in STEPS:
+      row[f"{step[:-len('_seconds')]}_us_per_image"] = (
+          row[step] / row["num_examples"] * 1e6)
+    rows.append(row)
+  flatness = {}
+  for step in STEPS:
+    per_image = [r[f"{step[:-len('_seconds')]}_us_per_image"] for r in rows]
+    flatness[step[:-len("_seconds")]] = max(per_image) / min(per_image)
+  return {"rows": rows, "flatness": flatness}

@@ -1,0 +1,61 @@
+"""The scale table's set and harness on tiny data (no timing asserted)."""
+
+import numpy as np
+import pytest
+
+from ddlsc_tf import augment
+from ddlsc_tf import configs
+from ddlsc_tf import scaling
+
+_AFFINE = augment.Affine.parse(configs.MNIST.augment)
+
+
+def test_enlarge_keeps_the_images_then_adds_seeded_copies(make_blobs):
+  images, labels = make_blobs(n=20)
+  big, big_labels = scaling.enlarge(images, labels, 3, affine=_AFFINE,
+                                    seed=0, chunk=7)
+  assert big.shape == (60, 28, 28, 1) and big.dtype == np.float32
+  np.testing.assert_array_equal(big[:20], images)
+  np.testing.assert_array_equal(big_labels, np.tile(labels, 3))
+  # Copies are warped, each round differently, and the seed fixes them.
+  assert np.abs(big[20:40] - images).mean() > 0.01
+  assert np.abs(big[40:] - big[20:40]).mean() > 0.01
+  # The same maps in any chunking (up to the warp's float32 round-off).
+  again, _ = scaling.enlarge(images, labels, 3, affine=_AFFINE, seed=0)
+  np.testing.assert_allclose(big, again, atol=1e-5)
+  other, _ = scaling.enlarge(images, labels, 2, affine=_AFFINE, seed=1)
+  assert not np.array_equal(big[20:40], other[20:])
+
+
+@pytest.mark.parametrize("factor, affine", [(0, _AFFINE), (2, None)])
+def test_enlarge_refuses_what_it_cannot_make(make_blobs, factor, affine):
+  images, labels = make_blobs(n=8)
+  with pytest.raises(ValueError, match="enlarge needs factor >= 1 and an "
+                     "affine change"):
+    scaling.enlarge(images, labels, factor, affine=affine, seed=0)
+
+
+def test_scale_table_times_every_step_at_every_size(make_blobs):
+  images, labels = make_blobs(n=200)
+  config = configs.TINY.replace(batch_size=50, knn_k=3)
+  table = scaling.scale_table(config, images, labels, (1, 2))
+  rows = table["rows"]
+  assert [r["num_examples"] for r in rows] == [200, 400]
+  assert [r["factor"] for r in rows] == [1, 2]
+  for row in rows:
+    assert row["peak_rss_bytes"] > 2**20
+    for step in scaling.STEPS:
+      name = step[:-len("_seconds")]
+      assert np.isfinite(row[step]) and row[step] > 0, step
+      assert np.isclose(row[f"{name}_us_per_image"],
+                        row[step] / row["num_examples"] * 1e6)
+  for name, ratio in table["flatness"].items():
+    per_image = [r[f"{name}_us_per_image"] for r in rows]
+    assert np.isclose(ratio, max(per_image) / min(per_image))
+
+
+def test_scale_table_refuses_a_factor_below_one(make_blobs):
+  images, labels = make_blobs(n=8)
+  with pytest.raises(ValueError, match=r"factors must be ints >= 1, got "
+                     r"\[1, 0\]"):
+    scaling.scale_table(configs.TINY, images, labels, (1, 0))
