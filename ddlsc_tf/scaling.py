@@ -15,6 +15,7 @@ import resource
 import tempfile
 import time
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -166,6 +167,7 @@ def scale_table(config, images, labels, factors, *, seed=0):
       row[f"{step[:-len('_seconds')]}_us_per_image"] = (
           row[step] / row["num_examples"] * 1e6)
     rows.append(row)
+    logging.info("scale: %s", row)  # a row is kept if a later size fails
   flatness = {}
   for step in STEPS:
     per_image = [r[f"{step[:-len('_seconds')]}_us_per_image"] for r in rows]
