@@ -154,6 +154,11 @@ def scale_table(config, images, labels, factors, *, seed=0):
   """
   if not factors or min(factors) < 1:
     raise ValueError(f"factors must be ints >= 1, got {list(factors)}.")
+  if not config.augment:
+    raise ValueError(
+        f"the scale table enlarges the images by random affine copies of "
+        f"the config's `augment`; {config.dataset}'s config has none (MNIST's "
+        f"preset has).")
   rows = []
   # A fresh process per size: peak memory is per process and never falls.
   context = multiprocessing.get_context("spawn")

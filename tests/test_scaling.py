@@ -54,8 +54,12 @@ def test_scale_table_times_every_step_at_every_size(make_blobs):
     assert np.isclose(ratio, max(per_image) / min(per_image))
 
 
-def test_scale_table_refuses_a_factor_below_one(make_blobs):
+@pytest.mark.parametrize("config, factors, message", [
+    (configs.TINY, (1, 0), r"factors must be ints >= 1, got \[1, 0\]"),
+    (configs.TINY.replace(augment=()), (1, 2), "mnist's config has none"),
+])
+def test_scale_table_refuses_what_it_cannot_make(make_blobs, config, factors,
+                                                 message):
   images, labels = make_blobs(n=8)
-  with pytest.raises(ValueError, match=r"factors must be ints >= 1, got "
-                     r"\[1, 0\]"):
-    scaling.scale_table(configs.TINY, images, labels, (1, 0))
+  with pytest.raises(ValueError, match=message):
+    scaling.scale_table(config, images, labels, factors)
