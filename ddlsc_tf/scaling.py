@@ -9,9 +9,9 @@ latent's neighbours too (a run's costliest kind). `scale_table` runs
 memory is that size's own.
 """
 
+from concurrent import futures
 import multiprocessing
 import os
-import resource
 import tempfile
 import time
 
@@ -29,9 +29,9 @@ from ddlsc_tf import provenance
 from ddlsc_tf import train
 from ddlsc_tf import workdir as workdir_lib
 
-# The timed steps, in the order a run meets them.
-STEPS = ("tables_seconds", "pretrain_epoch_seconds", "start_seconds",
-         "cluster_iteration_seconds")
+# The timed steps, in the order a run meets them; row keys are
+# "<step>_seconds" and "<step>_us_per_image".
+STEPS = ("tables", "pretrain_epoch", "start", "cluster_iteration")
 
 
 def enlarge(images, labels, factor, *, affine, seed, chunk=10000):
@@ -73,12 +73,15 @@ def costs(config, images, labels, workdir):
     workdir: an empty folder for the stage's checkpoints.
 
   Returns:
-    {"num_examples", *STEPS}.
+    {"num_examples", "tables_by": "exact" or "hnsw" (`neighbours`' path
+    at this N), "<step>_seconds" for each of STEPS}.
   """
   train.check_config_for_data(config, len(images))
   provenance.seed_everything(config.seed)
   images = data.as_tensor(images)
-  result = {"num_examples": int(len(images))}
+  result = {"num_examples": int(len(images)),
+            "tables_by": ("hnsw" if len(images) > neighbours.EXACT_MAX_IMAGES
+                          else "exact")}
   start = time.perf_counter()
   tables = neighbours.Tables(images, k=config.knn_k)
   tables.raw()
@@ -98,6 +101,7 @@ def costs(config, images, labels, workdir):
   model.fit(dataset, steps_per_epoch=steps, verbose=0, shuffle=False)
   result["pretrain_epoch_seconds"] = time.perf_counter() - start
 
+  model.embed(images[:config.batch_size])  # traces the embedding
   start = time.perf_counter()
   assignments = cluster.start_partition(model, images, config)
   result["start_seconds"] = time.perf_counter() - start
@@ -124,17 +128,27 @@ def costs(config, images, labels, workdir):
   return result
 
 
+def _peak_rss_bytes():
+  """This process's own peak resident memory (VmHWM; ru_maxrss would carry
+  the parent's peak across a spawn's exec)."""
+  with open("/proc/self/status", encoding="ascii") as status:
+    for line in status:
+      if line.startswith("VmHWM:"):
+        return int(line.split()[1]) * 1024  # kB
+  raise OSError("no VmHWM in /proc/self/status")
+
+
 def _costs_in_this_process(config, images, labels, factor, seed):
+  logging.set_verbosity(logging.INFO)  # a spawned process parses no flags
   images, labels = enlarge(images, labels, factor,
                            affine=augment.Affine.parse(config.augment),
                            seed=seed)
-  images = data.as_tensor(images)  # as a run: one tensor copy, no NumPy
+  # As a run: one tensor copy (both exist for a moment), the NumPy freed.
+  images = data.as_tensor(images)
   with tempfile.TemporaryDirectory() as workdir:
     result = costs(config, images, labels, workdir)
   result["factor"] = factor
-  # ru_maxrss is in KiB on Linux.
-  result["peak_rss_bytes"] = resource.getrusage(
-      resource.RUSAGE_SELF).ru_maxrss * 1024
+  result["peak_rss_bytes"] = _peak_rss_bytes()
   return result
 
 
@@ -163,18 +177,25 @@ def scale_table(config, images, labels, factors, *, seed=0):
   # A fresh process per size: peak memory is per process and never falls.
   context = multiprocessing.get_context("spawn")
   for factor in factors:
-    with context.Pool(1) as pool:
-      row = pool.apply(_costs_in_this_process,
-                       (config, np.asarray(images, np.float32),
+    with futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+      job = pool.submit(_costs_in_this_process, config,
+                        np.asarray(images, np.float32),
                         None if labels is None else np.asarray(labels),
-                        int(factor), seed))
+                        int(factor), seed)
+      try:
+        row = job.result()
+      except futures.process.BrokenProcessPool as e:
+        raise RuntimeError(
+            f"the scale table's process for factor {factor} "
+            f"({factor * len(images):,} images) died, most likely out of "
+            f"memory; the sizes before it finished.") from e
     for step in STEPS:
-      row[f"{step[:-len('_seconds')]}_us_per_image"] = (
-          row[step] / row["num_examples"] * 1e6)
+      row[f"{step}_us_per_image"] = (row[f"{step}_seconds"]
+                                     / row["num_examples"] * 1e6)
     rows.append(row)
     logging.info("scale: %s", row)  # a row is kept if a later size fails
   flatness = {}
   for step in STEPS:
-    per_image = [r[f"{step[:-len('_seconds')]}_us_per_image"] for r in rows]
-    flatness[step[:-len("_seconds")]] = max(per_image) / min(per_image)
+    per_image = [r[f"{step}_us_per_image"] for r in rows]
+    flatness[step] = max(per_image) / min(per_image)
   return {"rows": rows, "flatness": flatness}

@@ -61,7 +61,7 @@ def main(argv):
   out = FLAGS.out or FLAGS.add_to or os.path.join(
       root, f"ablation_{FLAGS.dataset}.json")
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-  summary = ablation.run(FLAGS.dataset, names, cli.seeds(FLAGS.seeds), root,
+  summary = ablation.run(FLAGS.dataset, names, cli.ints(FLAGS.seeds), root,
                          data_dir=FLAGS.data_dir, manual_dir=FLAGS.manual_dir,
                          overrides=config_flags.changes(),
                          run_missing=not FLAGS.collect)

@@ -49,6 +49,7 @@ config_flags.define_overrides()  # --max_examples, --augment, ...
 def main(argv):
   del argv
   checkpoints.check_output_path(FLAGS.out, "--out")
+  scales = cli.ints(FLAGS.scales, "--scales")
   config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
   images, labels = data.load_for(config, data_dir=FLAGS.data_dir,
                                  manual_dir=FLAGS.manual_dir)
@@ -111,20 +112,21 @@ def main(argv):
   width = max(len(name) for name, _ in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value}")
-  if FLAGS.scales:
-    result["scale"] = scaling.scale_table(
-        config, images.numpy(), labels, [int(f) for f in FLAGS.scales])
+  if scales:
+    result["scale"] = scaling.scale_table(config, images.numpy(), labels,
+                                          scales)
     _print_scale(result["scale"])
   checkpoints.write_json_atomic(FLAGS.out, result)
   print(f"wrote {FLAGS.out}")
 
 
 def _print_scale(scale):
-  steps = [s[:-len("_seconds")] for s in scaling.STEPS]
-  print("\n| images | " + " | ".join(f"{s} s (us/image)" for s in steps)
-        + " | peak GiB |\n|" + "---|" * (len(steps) + 2))
+  steps = scaling.STEPS
+  print("\n| images | tables by | " + " | ".join(
+      f"{s} s (us/image)" for s in steps) + " | peak GiB |\n|"
+        + "---|" * (len(steps) + 3))
   for row in scale["rows"]:
-    print(f"| {row['num_examples']:,} | " + " | ".join(
+    print(f"| {row['num_examples']:,} | {row['tables_by']} | " + " | ".join(
         f"{row[s + '_seconds']:.1f} ({row[s + '_us_per_image']:.0f})"
         for s in steps) + f" | {row['peak_rss_bytes'] / 2**30:.2f} |")
   print("largest / smallest cost per image: " + ", ".join(

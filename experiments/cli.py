@@ -40,12 +40,13 @@ def run(main):
   app.run(wrapped)
 
 
-def seeds(values):
-  """--seeds as integers; a ValueError naming the flag otherwise."""
+def ints(values, flag="--seeds"):
+  """A list flag's values as integers; a ValueError naming the flag
+  otherwise."""
   try:
     return [int(v) for v in values]
   except ValueError:
-    raise ValueError(f"--seeds must be integers, got {values}.") from None
+    raise ValueError(f"{flag} must be integers, got {values}.") from None
 
 
 def add_records(path, records, key):

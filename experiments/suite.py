@@ -58,7 +58,7 @@ _LOCAL_FLAGS = ("--root", "--out", "--data_dir", "--manual_root")
 
 def main(argv):
   del argv
-  seeds = cli.seeds(FLAGS.seeds)
+  seeds = cli.ints(FLAGS.seeds)
   if FLAGS.max_images is not None and FLAGS.max_images < 2:
     raise ValueError(f"--max_images must be >= 2, got {FLAGS.max_images}.")
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
