@@ -129,8 +129,8 @@ def _print_scale(scale):
     print(f"| {row['num_examples']:,} | {row['tables_by']} | " + " | ".join(
         f"{row[s + '_seconds']:.1f} ({row[s + '_us_per_image']:.0f})"
         for s in steps) + f" | {row['peak_rss_bytes'] / 2**30:.2f} |")
-  print("largest / smallest cost per image: " + ", ".join(
-      f"{s} {scale['flatness'][s]:.2f}x" for s in steps))
+  print("cost per image, largest N over smallest: " + ", ".join(
+      f"{s} {scale['growth'][s]:.2f}x" for s in steps))
 
 
 if __name__ == "__main__":
