@@ -25,6 +25,7 @@ from ddlsc_tf import model as model_lib
 from ddlsc_tf import neighbours
 from ddlsc_tf import pictures
 from ddlsc_tf import plots
+from ddlsc_tf import pretrain
 from ddlsc_tf import provenance
 from ddlsc_tf import train
 
@@ -146,14 +147,14 @@ class _EpochTimes(keras.callbacks.Callback):
     self.seconds.append(time.perf_counter() - self._start)
 
 
-def epoch_seconds(model, images, labels, config, *, epochs=3):
-  """Wall time of whole pre-training epochs through `fit` and the real
-  input pipeline (median of the epochs after the first, which traces)."""
+def epoch_seconds(model, images, labels, config, tables, *, epochs=3):
+  """Wall time of whole pre-training epochs through `fit` and a run's own
+  input pipeline (`pretrain.batches`: grouped batches where the config has
+  them), the median of the epochs after the first, which traces."""
   model.phase = "pretrain"
   train.compile_model(model)
-  dataset, steps = data.train_dataset(images, labels,
-                                      batch_size=config.batch_size,
-                                      seed=config.seed, epochs=epochs)
+  dataset, steps = pretrain.batches(images, labels, config, tables,
+                                    first_epoch=0, epochs=epochs)
   timer = _EpochTimes()
   model.fit(dataset, steps_per_epoch=steps, epochs=epochs, callbacks=[timer],
             verbose=0, shuffle=False)
@@ -258,7 +259,8 @@ def run_benchmark(config, images, labels, *, warmup=3, repeats=10,
       len(images) // b * b / result["pretrain_examples_per_s"])
   result["fixed_batch_losses"] = result_losses
   result["pretrain_epoch_seconds"] = epoch_seconds(
-      train.build_model(config, images.shape[1:]), images, labels, config)
+      train.build_model(config, images.shape[1:]), images, labels, config,
+      tables)
   # ru_maxrss is in KiB on Linux.
   result["peak_rss_bytes"] = resource.getrusage(
       resource.RUSAGE_SELF).ru_maxrss * 1024

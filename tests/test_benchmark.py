@@ -10,7 +10,8 @@ from ddlsc_tf import configs
 
 def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs):
   images, labels = make_blobs()
-  config = configs.TINY.replace(batch_size=32, knn_k=3)
+  # Neighbour-grouped batches: the epoch runs through a run's own pipeline.
+  config = configs.TINY.replace(batch_size=32, knn_k=3, batch_neighbours=1)
   result = benchmark.run_benchmark(config, images, labels, warmup=1,
                                    repeats=2, eval_repeats=1)
   for key in ("pretrain_examples_per_s", "recon_only_examples_per_s",
