@@ -116,6 +116,33 @@ def neighbour_table(images, *, k, chunk=250, shift=0,
   return np.concatenate(table).astype(np.int32)
 
 
+def knn_affinity(points, *, k):
+  """The symmetrised k-nearest-neighbour connectivity graph of `points`
+  (each point counted among its own k), as scikit-learn's spectral
+  clustering builds it, from `neighbour_table` (so above EXACT_MAX_IMAGES
+  from the HNSW graph, not an O(N²) scan).
+
+  Args:
+    points: [N, ...] float, compared by cosine.
+    k: neighbours per point, itself included, 1 <= k <= N.
+
+  Returns:
+    [N, N] scipy CSR float64 matrix 0.5 (A + Aᵀ), A[i, j] = 1 where j is
+    one of i's k.
+  """
+  from scipy import sparse  # pylint: disable=import-outside-toplevel
+  n = int(points.shape[0])
+  if not 1 <= k <= n:
+    raise ValueError(f"knn_affinity needs 1 <= k <= N = {n}, got k={k}.")
+  own = np.arange(n)[:, None]
+  columns = (np.concatenate([own, neighbour_table(points, k=k - 1)], 1)
+             if k > 1 else own)
+  connectivity = sparse.csr_matrix(
+      (np.ones(n * k), (np.repeat(np.arange(n), k), columns.ravel())),
+      shape=(n, n))
+  return 0.5 * (connectivity + connectivity.T)
+
+
 def anchor_groups(neighbours, *, max_size):
   """Groups of images joined by chains of mutual nearest neighbours, none
   larger than `max_size` (ours; `configs.Config.anchor_groups`).

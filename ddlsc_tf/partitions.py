@@ -7,6 +7,8 @@ import numpy as np
 from scipy import optimize
 from sklearn import cluster as sk_cluster
 
+from ddlsc_tf import neighbours
+
 KMEANS_RESTARTS = 10  # k-means restarts, the lowest inertia kept
 SPECTRAL_NEIGHBOURS = 10  # the spectral start's kNN graph (ours)
 
@@ -105,7 +107,9 @@ def spectral_on_sphere(z, *, num_clusters, seed,
   (COIL's pose circles) whole where k-means cuts it. scikit-learn's
   symmetrised `n_neighbors`-NN connectivity graph of the unit rows
   (cosine), the normalised Laplacian's first K eigenvectors, labels by QR
-  pivoting (`cluster_qr`: no k-means restarts).
+  pivoting (`cluster_qr`: no k-means restarts). Above
+  `neighbours.EXACT_MAX_IMAGES` points the graph's neighbours are
+  approximate (`neighbours.knn_affinity`).
 
   Args:
     z: [N, D] float embeddings.
@@ -122,20 +126,25 @@ def spectral_on_sphere(z, *, num_clusters, seed,
   if not 1 <= n_neighbors < len(z):
     raise ValueError(f"n_neighbors must be in [1, {len(z)}) for {len(z)} "
                      f"points, got {n_neighbors}.")
+  # scikit-learn's kNN graph is an exact O(N²) search in D dimensions:
+  # above the whole-data tables' limit, the same graph from their HNSW.
+  large = len(z) > neighbours.EXACT_MAX_IMAGES
   spectral = sk_cluster.SpectralClustering(
-      n_clusters=num_clusters, affinity="nearest_neighbors",
+      n_clusters=num_clusters,
+      affinity="precomputed" if large else "nearest_neighbors",
       n_neighbors=n_neighbors, assign_labels="cluster_qr",
       random_state=seed,
       # scikit-learn's default solver (ARPACK) on small sets, LOBPCG on
       # large ones (MNIST's 70k points: 49 s here).
       eigen_solver="lobpcg" if len(z) > 5000 else "arpack")
+  graph = neighbours.knn_affinity(z, k=n_neighbors) if large else z
   with warnings.catch_warnings():
     # One graph component per cluster is the good case, not a fault.
     warnings.filterwarnings("ignore", "Graph is not fully connected")
     # scikit-learn's guess when z happens to be square (N == D): z is data.
     warnings.filterwarnings("ignore",
                             "The spectral clustering API has changed")
-    assignments = spectral.fit_predict(z).astype(np.int32)
+    assignments = spectral.fit_predict(graph).astype(np.int32)
   empty = np.flatnonzero(np.bincount(assignments, minlength=num_clusters)
                          == 0)
   fallback = np.zeros((num_clusters, z.shape[1]))

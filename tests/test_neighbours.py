@@ -273,3 +273,24 @@ def test_a_pool_narrower_than_the_candidates_is_refused():
   pool = neighbours.neighbour_table(x, k=5)
   with pytest.raises(ValueError, match="pool must hold >= 10"):
     neighbours.neighbour_table(x, k=3, shift=1, candidates=10, pool=pool)
+
+
+@pytest.mark.parametrize("exact_max", [None, 100])
+def test_knn_affinity_is_scikit_learns_symmetrised_knn_graph(monkeypatch,
+                                                            exact_max):
+  from sklearn import neighbors as sk_neighbors
+  rng = np.random.default_rng(5)
+  z = rng.normal(size=(300, 4))
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  if exact_max is not None:  # the HNSW path, exact on so few points
+    monkeypatch.setattr(neighbours, "EXACT_MAX_IMAGES", exact_max)
+  graph = sk_neighbors.kneighbors_graph(z, 6, include_self=True)
+  expected = 0.5 * (graph + graph.T)
+  affinity = neighbours.knn_affinity(z, k=6)
+  assert affinity.shape == (300, 300)
+  assert abs(affinity - expected).max() == 0
+  # k = 1: each point is its own only neighbour.
+  np.testing.assert_array_equal(
+      neighbours.knn_affinity(z, k=1).toarray(), np.eye(300))
+  with pytest.raises(ValueError, match="1 <= k <= N = 300, got k=301"):
+    neighbours.knn_affinity(z, k=301)

@@ -8,6 +8,7 @@ import pytest
 from sklearn import cluster as sk_cluster
 
 from ddlsc_tf import metrics
+from ddlsc_tf import neighbours
 from ddlsc_tf import partitions
 
 
@@ -127,3 +128,21 @@ def test_balanced_kmeans_rejects_bad_input(monkeypatch):
   monkeypatch.setattr(partitions, "MAX_BALANCED_POINTS", 9)
   with pytest.raises(ValueError, match="N = 10 points is above 9"):
     partitions.balanced_kmeans_on_sphere(z, np.ones((2, 3)))
+
+
+def test_spectral_on_sphere_above_the_exact_limit_uses_the_hnsw_graph(
+    monkeypatch):
+  z, truth = _two_arcs()
+  exact, _ = partitions.spectral_on_sphere(z, num_clusters=2, n_neighbors=5,
+                                           seed=0)
+  built = []
+  knn_affinity = neighbours.knn_affinity
+  monkeypatch.setattr(neighbours, "knn_affinity",
+                      lambda *a, **kw: built.append(1) or knn_affinity(
+                          *a, **kw))
+  monkeypatch.setattr(neighbours, "EXACT_MAX_IMAGES", len(z) - 1)
+  approx, _ = partitions.spectral_on_sphere(z, num_clusters=2,
+                                            n_neighbors=5, seed=0)
+  assert built == [1]
+  assert metrics.cluster_accuracy(truth, approx) == 1.0
+  assert metrics.cluster_accuracy(exact, approx) == 1.0
