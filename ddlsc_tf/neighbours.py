@@ -9,6 +9,7 @@ import time
 
 from absl import logging
 import numpy as np
+from scipy import sparse
 import tensorflow as tf
 
 from ddlsc_tf import data
@@ -118,9 +119,10 @@ def neighbour_table(images, *, k, chunk=250, shift=0,
 
 def knn_affinity(points, *, k):
   """The symmetrised k-nearest-neighbour connectivity graph of `points`
-  (each point counted among its own k), as scikit-learn's spectral
-  clustering builds it, from `neighbour_table` (so above EXACT_MAX_IMAGES
-  from the HNSW graph, not an O(N²) scan).
+  (each point counted among its own k) from `neighbour_table`, so above
+  EXACT_MAX_IMAGES from the HNSW graph, not an O(N²) scan. For unit rows
+  it is scikit-learn's spectral-clustering graph, but for ties, which may
+  break differently.
 
   Args:
     points: [N, ...] float, compared by cosine.
@@ -130,7 +132,6 @@ def knn_affinity(points, *, k):
     [N, N] scipy CSR float64 matrix 0.5 (A + Aᵀ), A[i, j] = 1 where j is
     one of i's k.
   """
-  from scipy import sparse  # pylint: disable=import-outside-toplevel
   n = int(points.shape[0])
   if not 1 <= k <= n:
     raise ValueError(f"knn_affinity needs 1 <= k <= N = {n}, got k={k}.")

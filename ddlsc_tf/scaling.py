@@ -3,11 +3,10 @@
 `enlarge` makes a set for scale only: the images, then rounds of random
 affine copies of them. `costs` times each whole-data step of a run on one
 set: the neighbour tables, one pre-training epoch, the clustering start
-(embedding and k-means; the spectral start on the same latent beside it)
-and one stage-II iteration with the vote on the
-latent's neighbours too (a run's costliest kind). `scale_table` runs
-`costs` at several sizes, each in a fresh process so that each peak
-memory is that size's own.
+(embedding and k-means, and COIL-100's spectral start on the same latent)
+and one stage-II iteration with the vote on the latent's neighbours too (a
+run's costliest kind). `scale_table` runs `costs` at several sizes, each
+in a fresh process so that each peak memory is that size's own.
 """
 
 from concurrent import futures
@@ -32,8 +31,8 @@ from ddlsc_tf import provenance
 from ddlsc_tf import train
 from ddlsc_tf import workdir as workdir_lib
 
-# The timed steps, in the order a run meets them; row keys are
-# "<step>_seconds" and "<step>_us_per_image".
+# The timed steps, in the order a run meets them (a run takes one of the
+# two starts); row keys are "<step>_seconds" and "<step>_us_per_image".
 STEPS = ("tables", "pretrain_epoch", "start", "spectral_start",
          "cluster_iteration")
 

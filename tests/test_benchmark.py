@@ -6,12 +6,18 @@ import tensorflow as tf
 
 from ddlsc_tf import benchmark
 from ddlsc_tf import configs
+from ddlsc_tf import pretrain
 
 
-def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs):
+def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs,
+                                                           monkeypatch):
   images, labels = make_blobs()
-  # Neighbour-grouped batches: the epoch runs through a run's own pipeline.
   config = configs.TINY.replace(batch_size=32, knn_k=3, batch_neighbours=1)
+  # The epoch is timed through a run's own (neighbour-grouped) batches.
+  batched = []
+  batches = pretrain.batches
+  monkeypatch.setattr(pretrain, "batches", lambda *a, **kw: batched.append(
+      a[3].raw().shape) or batches(*a, **kw))
   result = benchmark.run_benchmark(config, images, labels, warmup=1,
                                    repeats=2, eval_repeats=1)
   for key in ("pretrain_examples_per_s", "recon_only_examples_per_s",
@@ -20,6 +26,7 @@ def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs):
               "pretrain_step_flops", "pretrain_flops_per_s",
               "matmul_flops_per_s", "tables_seconds", "tsne_seconds"):
     assert np.isfinite(result[key]) and result[key] > 0, key
+  assert batched == [(len(images), config.knn_k)]
   assert np.isclose(result["pretrain_over_recon_time"],
                     result["recon_only_examples_per_s"]
                     / result["pretrain_examples_per_s"])
