@@ -3,6 +3,7 @@ against brute-force NumPy references."""
 
 import numpy as np
 import pytest
+from sklearn import neighbors as sk_neighbors
 import tensorflow as tf
 
 from ddlsc_tf import neighbours
@@ -278,7 +279,6 @@ def test_a_pool_narrower_than_the_candidates_is_refused():
 @pytest.mark.parametrize("exact_max", [None, 100])
 def test_knn_affinity_is_scikit_learns_symmetrised_knn_graph(monkeypatch,
                                                             exact_max):
-  from sklearn import neighbors as sk_neighbors
   rng = np.random.default_rng(5)
   z = rng.normal(size=(300, 4))
   z /= np.linalg.norm(z, axis=1, keepdims=True)
