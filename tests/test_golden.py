@@ -1,6 +1,6 @@
 """The short golden runs of every preset reproduce their recorded
 result.json: to the digit on the CPU kind and libraries that recorded them,
-within `golden_runs.TOLERANCE` elsewhere (see tests/golden_runs.py)."""
+within `golden_runs.tolerance` elsewhere (see tests/golden_runs.py)."""
 
 import pytest
 
@@ -22,7 +22,7 @@ def test_golden_run_reproduces_its_result(name, tmp_path, tfds_data_dir,
                                        provenance.environment())
   found = golden_runs.differences(
       recorded["result"], golden_runs.strip(result),
-      tolerance=0.0 if exact else golden_runs.TOLERANCE)
+      tolerance=golden_runs.tolerance(name, exact))
   assert not found, (
       f"golden run {name} ({'exact' if exact else 'within tolerance'}) "
       f"differs:\n" + "\n".join(found[:20]))
