@@ -306,11 +306,13 @@ def from_saved(saved):
 
 # The estimator's recipe for images no preset names (ours, chosen on the
 # development suite `ddlsc_tf.suite`): MNIST's, for any image size, with
-# batch-norm statistics recalibrated and anchor groups left to the data;
+# batch-norm statistics recalibrated, anchor groups left to the data and a
+# shorter stage II (6 iterations, the latent vote from the third);
 # `for_images` sizes the last layer and the pre-training budget to the data.
 GENERAL = MNIST.replace(
     dataset="array", paddings=("same", "same", "same"), embed_copies=0,
-    recalibrate_batch_norm=True, anchor_groups=None)
+    recalibrate_batch_norm=True, anchor_groups=None, cluster2_iterations=6,
+    vote_latent_from=3)
 # What GENERAL adds for images that come in chains (`neighbours.Tables.
 # chains`): objects seen from every side, as COIL-20's preset does, with
 # the paper's linear pull on 30% of the kNN pairs and its stage II (eq. 11,
@@ -323,9 +325,11 @@ CHAINS = dict(anchor_groups=True, cluster2_assignment="balanced",
               cluster2_softmax_scale=10.0, vote_latent_from=5)
 CHAINS_BALANCED_POINTS = 2000
 # Above it, as COIL-100's preset: a spectral start and a new partition every
-# iteration, since such latent clusters are not compact.
+# iteration, since such latent clusters are not compact; MNIST's 15 stage-II
+# iterations, the shorter stage II being untried on such data.
 CHAINS_MANY = dict(anchor_groups=True, cluster_init="spectral",
-                   cluster2_assignment="refresh")
+                   cluster2_assignment="refresh", cluster2_iterations=15,
+                   vote_latent_from=10)
 GENERAL_LATENT = 60            # the last layer's filters give d >= this
 GENERAL_PRETRAIN_STEPS = 1000  # pre-training's optimizer steps, any N
 
