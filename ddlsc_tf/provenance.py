@@ -66,8 +66,9 @@ def onednn_enabled():
 def environment():
   """Library versions, the CPU and its kernels, the source's commit: what
   result.json records."""
-  return {"commit": commit(), "python": platform.python_version(), "tensorflow": tf.__version__,
-          "keras": keras.__version__, "numpy": np.__version__,
+  return {"commit": commit(), "python": platform.python_version(),
+          "tensorflow": tf.__version__, "keras": keras.__version__,
+          "numpy": np.__version__,
           "scipy": scipy.__version__, "scikit-learn": sklearn.__version__,
           "cpu": cpu(), "cpu_count": os.cpu_count(),
           "onednn": onednn_enabled(),
