@@ -328,8 +328,9 @@ CHAINS_BALANCED_POINTS = 2000
 # iteration, since such latent clusters are not compact; MNIST's 15 stage-II
 # iterations, the shorter stage II being untried on such data.
 CHAINS_MANY = dict(anchor_groups=True, cluster_init="spectral",
-                   cluster2_assignment="refresh", cluster2_iterations=15,
-                   vote_latent_from=10)
+                   cluster2_assignment="refresh",
+                   cluster2_iterations=MNIST.cluster2_iterations,
+                   vote_latent_from=MNIST.vote_latent_from)
 GENERAL_LATENT = 60            # the last layer's filters give d >= this
 GENERAL_PRETRAIN_STEPS = 1000  # pre-training's optimizer steps, any N
 
