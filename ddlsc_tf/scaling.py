@@ -1,7 +1,7 @@
 """How a run's cost grows with the number of images N.
 
-`enlarge` makes a set for scale only: the images, then rounds of random
-affine copies of them. `costs` times each whole-data step of a run on one
+`data.enlarge` makes a set for scale only: the images, then rounds of
+random affine copies of them. `costs` times each whole-data step of a run on one
 set: the neighbour tables, one pre-training epoch, the clustering start
 (embedding and k-means, and COIL-100's spectral start on the same latent)
 and one stage-II iteration with the vote on the latent's neighbours too (a
@@ -17,7 +17,6 @@ import time
 
 from absl import logging
 import numpy as np
-import tensorflow as tf
 
 from ddlsc_tf import augment
 from ddlsc_tf import checkpoints
@@ -35,35 +34,6 @@ from ddlsc_tf import workdir as workdir_lib
 # two starts); row keys are "<step>_seconds" and "<step>_us_per_image".
 STEPS = ("tables", "pretrain_epoch", "start", "spectral_start",
          "cluster_iteration")
-
-
-def enlarge(images, labels, factor, *, affine, seed, chunk=10000):
-  """The images, then factor − 1 rounds of random affine copies of them.
-
-  Args:
-    images: [N, H, W, C] float32 NumPy.
-    labels: [N] ints or None.
-    factor: int >= 1.
-    affine: an `augment.Affine`, the copies' largest change.
-    seed: int; one seed gives one set.
-    chunk: images warped per call.
-
-  Returns:
-    (images [factor N, H, W, C] float32, labels [factor N] or None).
-  """
-  if factor < 1 or affine is None:
-    raise ValueError(f"enlarge needs factor >= 1 and an affine change, got "
-                     f"{factor} and {affine}.")
-  n = len(images)
-  out = np.empty((factor * n,) + images.shape[1:], np.float32)
-  out[:n] = images
-  for r in range(1, factor):
-    for start in range(0, n, chunk):
-      x = tf.constant(images[start:start + chunk], tf.float32)
-      out[r * n + start:r * n + start + len(x)] = augment.random_affine(
-          x, affine=affine, seed=tf.constant([seed, r]), first=start,
-          total=n).numpy()  # round r's maps, whatever the chunk
-  return out, None if labels is None else np.tile(labels, factor)
 
 
 def costs(config, images, labels, workdir):
@@ -150,7 +120,7 @@ def _peak_rss_bytes():
 
 def _costs_in_this_process(config, images, labels, factor, seed):
   logging.set_verbosity(logging.INFO)  # a spawned process parses no flags
-  images, labels = enlarge(images, labels, factor,
+  images, labels = data.enlarge(images, labels, factor,
                            affine=augment.Affine.parse(config.augment),
                            seed=seed)
   # As a run: one tensor copy (both exist for a moment), the NumPy freed.

@@ -145,7 +145,8 @@ def _log_hparams(workdir, config):
 def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
                        init_from=None, verbose="auto", build=build_model,
                        resume=False, overwrite=False, pictures=True,
-                       size_to_data=False, fixed=(), strategy=None):
+                       size_to_data=False, fixed=(), strategy=None,
+                       enlarge_by=1):
   """Runs `config.phases` on the config's dataset into `workdir`.
 
   Args:
@@ -166,6 +167,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     strategy: a tf.distribute strategy to train under
       (`distribute.make_strategy`); None: the default, one device. Under
       several workers only the chief writes to workdir.
+    enlarge_by: for scale checks, the data this many times over
+      (`data.enlarge`: the images, then random affine copies).
 
   Returns:
     The result dict written to DIR/result.json.
@@ -183,7 +186,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     # Data first: a config that does not fit it fails before the workdir
     # (and an earlier run in it) is touched.
     images, labels = data.load_for(config, data_dir=data_dir,
-                                   manual_dir=manual_dir)
+                                   manual_dir=manual_dir,
+                                   enlarge_by=enlarge_by)
     if size_to_data:
       config = configs.sized_to_data(
           config, len(images), **{k: getattr(config, k) for k in fixed})

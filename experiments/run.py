@@ -39,6 +39,11 @@ flags.DEFINE_enum("strategy", "default", list(distribute.STRATEGIES),
                   "machine in TF_CONFIG runs this same command; the chief "
                   "writes --workdir). --batch_size is the global batch, a "
                   "multiple of the replicas.")
+flags.DEFINE_integer("enlarge", 1,
+                     "Scale checks only: run on the data this many times "
+                     "over, the images then random affine copies of them "
+                     "(the config's augment change, seed 0; labels repeated).",
+                     lower_bound=1)
 flags.DEFINE_bool("pictures", True,
                   "Draw each phase's t-SNE and confusion pictures "
                   "(needs matplotlib); --nopictures skips them.")
@@ -65,7 +70,7 @@ def main(argv):
                            init_from=FLAGS.init_from,
                            resume=FLAGS.resume, overwrite=FLAGS.overwrite,
                            pictures=FLAGS.pictures,
-                           strategy=strategy,
+                           strategy=strategy, enlarge_by=FLAGS.enlarge,
                            verbose=(FLAGS.verbose if FLAGS.verbose == "auto"
                                     else int(FLAGS.verbose)))
 
