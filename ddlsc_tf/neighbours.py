@@ -5,6 +5,7 @@ Each image's nearest images are found by an exact cosine scan of the whole
 data set, in blocks, or above EXACT_MAX_IMAGES by faiss's HNSW graph.
 """
 
+import os
 import time
 
 from absl import logging
@@ -12,6 +13,7 @@ import numpy as np
 from scipy import sparse
 import tensorflow as tf
 
+from ddlsc_tf import checkpoints
 from ddlsc_tf import data
 
 # Above this many images the tables come from an approximate HNSW graph
@@ -299,17 +301,38 @@ CHAINS_PER_CLUSTER = 2
 
 
 class Tables:
-  """A run's whole-data neighbour tables, each computed once per run (and
-  again on resume: on the same machine the same table).
+  """A run's whole-data neighbour tables, each computed once per run.
 
   Args:
     images: [N, H, W, C] float32, NumPy or a tensor.
     k: neighbours per image.
+    folder: where the raw tables are kept for a resumed run (at 1.12M
+      images they take about 30 min), named by `fingerprint`, the images'
+      `data.fingerprint`, so that other data never reads them; None: not
+      kept.
   """
 
-  def __init__(self, images, *, k):
+  def __init__(self, images, *, k, folder=None, fingerprint=None):
+    if (folder is None) != (fingerprint is None):
+      raise ValueError("Tables keeps tables only with both a folder and "
+                       "the data's fingerprint.")
     self.images, self.k = images, k
+    self.folder, self.fingerprint = folder, fingerprint
     self._tables, self._groups = {}, {}
+
+  def _kept(self, name, compute):
+    """compute(), or the table an earlier process of this run kept."""
+    if self.folder is None:
+      return compute()
+    path = os.path.join(self.folder,
+                        f"table-{name}-{self.fingerprint[:16]}.npy")
+    if os.path.exists(path):
+      logging.info("neighbour table %s read from %s", name, path)
+      return np.load(path)
+    table = compute()
+    os.makedirs(self.folder, exist_ok=True)
+    checkpoints.save_npy_atomic(path, table)
+    return table
 
   def raw(self, shift=0):
     """`neighbour_table` of the images (re-ranked with `shift`).
@@ -323,12 +346,14 @@ class Tables:
       start = time.time()
       width = min(max(self.k, VOTE_CANDIDATES), len(self.images) - 1)
       if "pool" not in self._tables:
-        self._tables["pool"] = neighbour_table(self.images, k=width)
+        self._tables["pool"] = self._kept(
+            f"k{width}", lambda: neighbour_table(self.images, k=width))
       pool = self._tables["pool"]
       self._tables[shift] = (
-          pool[:, :self.k] if not shift else neighbour_table(
-              self.images, k=self.k, shift=shift,
-              candidates=VOTE_CANDIDATES, pool=pool))
+          pool[:, :self.k] if not shift else self._kept(
+              f"k{self.k}-shift{shift}", lambda: neighbour_table(
+                  self.images, k=self.k, shift=shift,
+                  candidates=VOTE_CANDIDATES, pool=pool)))
       logging.info("neighbour table (k=%d, shift %d px) of %d images: "
                    "%.0f s", self.k, shift, len(self.images),
                    time.time() - start)

@@ -331,7 +331,10 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     logging.info("resuming %s: phases done %s", workdir, done)
   run = workdir_lib.Run(model, workdir, verbose=verbose,
                         checkpointer=checkpointer, result=result, done=done,
-                        tables=neighbours.Tables(images, k=config.knn_k),
+                        tables=neighbours.Tables(
+                            images, k=config.knn_k,
+                            folder=checkpointer.folder,
+                            fingerprint=fingerprint),
                         data=fingerprint)
   if state is None:
     _log_hparams(workdir, config)

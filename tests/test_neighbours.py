@@ -273,6 +273,30 @@ def test_tables_scan_the_data_once_for_both_tables(monkeypatch):
   assert scans == [neighbours.VOTE_CANDIDATES]  # one scan, 50 wide
 
 
+def test_a_resumed_run_reads_its_kept_tables_and_other_data_does_not(
+    monkeypatch, tmp_path):
+  x = np.random.default_rng(10).random((60, 6, 6, 1)).astype(np.float32)
+  first = neighbours.Tables(x, k=4, folder=str(tmp_path), fingerprint="a" * 64)
+  expected = first.raw(), first.raw(neighbours.VOTE_SHIFT)
+  assert len(list(tmp_path.glob("table-*.npy"))) == 2
+
+  def no_scan(images, **kwargs):
+    raise AssertionError("scanned again")
+
+  monkeypatch.setattr(neighbours, "neighbour_table", no_scan)
+  again = neighbours.Tables(x, k=4, folder=str(tmp_path),
+                            fingerprint="a" * 64)
+  np.testing.assert_array_equal(again.raw(), expected[0])
+  np.testing.assert_array_equal(again.raw(neighbours.VOTE_SHIFT), expected[1])
+  other = neighbours.Tables(x, k=4, folder=str(tmp_path),
+                            fingerprint="b" * 64)
+  with pytest.raises(AssertionError, match="scanned again"):
+    other.raw()
+  with pytest.raises(ValueError, match="both a folder and the data's "
+                     "fingerprint"):
+    neighbours.Tables(x, k=4, folder=str(tmp_path))
+
+
 def test_a_pool_narrower_than_the_candidates_is_refused():
   x = np.random.default_rng(9).random((30, 6, 6, 1)).astype(np.float32)
   pool = neighbours.neighbour_table(x, k=5)
