@@ -11,6 +11,7 @@ class along a style axis.
 import math
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -124,3 +125,32 @@ def copies_mean(encoder, affine, copies):
     return total / (copies + 1)
 
   return mean
+
+
+def enlarge(images, labels, factor, *, affine, seed, chunk=10000):
+  """The images, then factor − 1 rounds of random affine copies of them.
+
+  Args:
+    images: [N, H, W, C] float32 NumPy.
+    labels: [N] ints or None.
+    factor: int >= 1.
+    affine: an `Affine`, the copies' largest change.
+    seed: int; one seed gives one set.
+    chunk: images warped per call.
+
+  Returns:
+    (images [factor N, H, W, C] float32, labels [factor N] or None).
+  """
+  if factor < 1 or affine is None:
+    raise ValueError(f"enlarge needs factor >= 1 and an affine change, got "
+                     f"{factor} and {affine}.")
+  n = len(images)
+  out = np.empty((factor * n,) + images.shape[1:], np.float32)
+  out[:n] = images
+  for r in range(1, factor):
+    for start in range(0, n, chunk):
+      x = tf.constant(images[start:start + chunk], tf.float32)
+      out[r * n + start:r * n + start + len(x)] = random_affine(
+          x, affine=affine, seed=tf.constant([seed, r]), first=start,
+          total=n).numpy()  # round r's maps, whatever the chunk
+  return out, None if labels is None else np.tile(labels, factor)

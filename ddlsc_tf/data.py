@@ -225,9 +225,9 @@ def load_images(dataset, *, data_dir=None, manual_dir=None, max_examples=None,
 
 def load_for(config, *, data_dir=None, manual_dir=None, enlarge_by=1):
   """(images [N, H, W, C] float32 in [0, 1], labels [N] or None): a
-  `configs.Config`'s dataset as every entry point loads it; `enlarge_by` > 1
-  makes it that many times larger for scale checks (`enlarge`, seed 0, the
-  config's `augment` change)."""
+  `configs.Config`'s dataset as every entry point loads it; `enlarge_by`
+  > 1 makes it that many times larger for scale checks (`augment.enlarge`,
+  seed 0, the config's `augment` change)."""
   images, labels = load_images(
       config.dataset, data_dir=data_dir, manual_dir=manual_dir,
       max_examples=config.max_examples, image_size=config.image_size,
@@ -237,38 +237,10 @@ def load_for(config, *, data_dir=None, manual_dir=None, enlarge_by=1):
       raise ValueError(
           f"enlarge_by={enlarge_by} makes random affine copies of the "
           f"config's `augment` change; {config.dataset}'s config has none.")
-    images, labels = enlarge(images, labels, enlarge_by, seed=0,
-                             affine=augment.Affine.parse(config.augment))
+    images, labels = augment.enlarge(
+        images, labels, enlarge_by, seed=0,
+        affine=augment.Affine.parse(config.augment))
   return images, labels
-
-
-def enlarge(images, labels, factor, *, affine, seed, chunk=10000):
-  """The images, then factor − 1 rounds of random affine copies of them.
-
-  Args:
-    images: [N, H, W, C] float32 NumPy.
-    labels: [N] ints or None.
-    factor: int >= 1.
-    affine: an `augment.Affine`, the copies' largest change.
-    seed: int; one seed gives one set.
-    chunk: images warped per call.
-
-  Returns:
-    (images [factor N, H, W, C] float32, labels [factor N] or None).
-  """
-  if factor < 1 or affine is None:
-    raise ValueError(f"enlarge needs factor >= 1 and an affine change, got "
-                     f"{factor} and {affine}.")
-  n = len(images)
-  out = np.empty((factor * n,) + images.shape[1:], np.float32)
-  out[:n] = images
-  for r in range(1, factor):
-    for start in range(0, n, chunk):
-      x = tf.constant(images[start:start + chunk], tf.float32)
-      out[r * n + start:r * n + start + len(x)] = augment.random_affine(
-          x, affine=affine, seed=tf.constant([seed, r]), first=start,
-          total=n).numpy()  # round r's maps, whatever the chunk
-  return out, None if labels is None else np.tile(labels, factor)
 
 
 def fingerprint(images, labels=None, *, chunk=10000):

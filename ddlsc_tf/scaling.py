@@ -1,7 +1,7 @@
 """How a run's cost grows with the number of images N.
 
-`data.enlarge` makes a set for scale only: the images, then rounds of
-random affine copies of them. `costs` times each whole-data step of a run
+`augment.enlarge` makes a set for scale only: the images, then rounds
+of random affine copies of them. `costs` times each whole-data step of a run
 on one set: the neighbour tables, one pre-training epoch, the clustering
 start (embedding and k-means, and COIL-100's spectral start on the same
 latent) and one stage-II iteration with the vote on the latent's
@@ -121,9 +121,9 @@ def _peak_rss_bytes():
 
 def _costs_in_this_process(config, images, labels, factor, seed):
   logging.set_verbosity(logging.INFO)  # a spawned process parses no flags
-  images, labels = data.enlarge(images, labels, factor,
-                                affine=augment.Affine.parse(config.augment),
-                                seed=seed)
+  images, labels = augment.enlarge(
+      images, labels, factor, affine=augment.Affine.parse(config.augment),
+      seed=seed)
   # As a run: one tensor copy (both exist for a moment), the NumPy freed.
   images = data.as_tensor(images)
   with tempfile.TemporaryDirectory() as workdir:

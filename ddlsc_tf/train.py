@@ -168,7 +168,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
       (`distribute.make_strategy`); None: the default, one device. Under
       several workers only the chief writes to workdir.
     enlarge_by: for scale checks, the data this many times over
-      (`data.enlarge`: the images, then random affine copies).
+      (`augment.enlarge`: the images, then random affine copies).
 
   Returns:
     The result dict written to DIR/result.json.

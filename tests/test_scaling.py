@@ -13,7 +13,7 @@ _AFFINE = augment.Affine.parse(configs.MNIST.augment)
 
 def test_enlarge_keeps_the_images_then_adds_seeded_copies(make_blobs):
   images, labels = make_blobs(n=20)
-  big, big_labels = data.enlarge(images, labels, 3, affine=_AFFINE,
+  big, big_labels = augment.enlarge(images, labels, 3, affine=_AFFINE,
                                     seed=0, chunk=7)
   assert big.shape == (60, 28, 28, 1) and big.dtype == np.float32
   np.testing.assert_array_equal(big[:20], images)
@@ -22,9 +22,9 @@ def test_enlarge_keeps_the_images_then_adds_seeded_copies(make_blobs):
   assert np.abs(big[20:40] - images).mean() > 0.01
   assert np.abs(big[40:] - big[20:40]).mean() > 0.01
   # The same maps in any chunking (up to the warp's float32 round-off).
-  again, _ = data.enlarge(images, labels, 3, affine=_AFFINE, seed=0)
+  again, _ = augment.enlarge(images, labels, 3, affine=_AFFINE, seed=0)
   np.testing.assert_allclose(big, again, atol=1e-5)
-  other, _ = data.enlarge(images, labels, 2, affine=_AFFINE, seed=1)
+  other, _ = augment.enlarge(images, labels, 2, affine=_AFFINE, seed=1)
   assert not np.array_equal(big[20:40], other[20:])
 
 
@@ -33,7 +33,7 @@ def test_enlarge_refuses_what_it_cannot_make(make_blobs, factor, affine):
   images, labels = make_blobs(n=8)
   with pytest.raises(ValueError, match="enlarge needs factor >= 1 and an "
                      "affine change"):
-    data.enlarge(images, labels, factor, affine=affine, seed=0)
+    augment.enlarge(images, labels, factor, affine=affine, seed=0)
 
 
 def test_a_config_loads_enlarged_with_its_own_copies(tfds_data_dir,
@@ -42,7 +42,7 @@ def test_a_config_loads_enlarged_with_its_own_copies(tfds_data_dir,
   kwargs = dict(data_dir=tfds_data_dir, manual_dir=mnist_manual_dir)
   images, labels = data.load_for(config, **kwargs)
   big, big_labels = data.load_for(config, enlarge_by=3, **kwargs)
-  expected, _ = data.enlarge(images, labels, 3, seed=0, affine=_AFFINE)
+  expected, _ = augment.enlarge(images, labels, 3, seed=0, affine=_AFFINE)
   np.testing.assert_array_equal(big, expected)
   np.testing.assert_array_equal(big_labels, np.tile(labels, 3))
   with pytest.raises(ValueError, match="enlarge_by=3 makes random affine "
