@@ -50,7 +50,6 @@ class Config:
   anchor_selection: str = "similarity"  # or "rank": see losses.anchor_mask
   anchor_power: float = 1.0           # q of the anchor pull (1 - C)^q
   lambda_r: float = 1e-3              # λ of eq. 6 (section 4.2)
-  pretrain_tolerance: float = 0.0     # Algorithm 1's ε on L_d (0: off)
   batch_neighbours: int = 0           # m neighbours drawn per batch seed
   augment: Tuple[float, ...] = ()     # copies as anchors (COPIES), all phases
   anchor_groups: Optional[bool] = False  # same-group pairs are anchors
@@ -139,7 +138,7 @@ def _check(c):
   for name in ("cluster1_iterations", "cluster2_iterations", "seed",
                "embed_copies", "vote_rounds", "vote_latent_from",
                "cluster_tolerance", "cluster2_tolerance",
-               "pretrain_tolerance", "lambda_r", "lambda_g", "lambda_w",
+               "lambda_r", "lambda_g", "lambda_w",
                "lambda_b", "lambda_d", "softmax_scale",
                "cluster2_softmax_scale", "batch_neighbours"):
     if getattr(c, name) is not None and getattr(c, name) < 0:

@@ -2,10 +2,10 @@
 
 For every epoch, for every batch B: the kNN graph of B's raw images, its
 anchor pairs 𝒜_B, then one Adam step on L_d(Z) + λ L_r(X, X̂)
-(`DDLSC._pretrain_step`); stop after `pretrain_epochs`, or when L_d moves
-less than ε between epochs (`pretrain_tolerance`). Every `eval_every`
-epochs the latent is clustered by k-means and scored (a subsample until the
-last epoch).
+(`DDLSC._pretrain_step`), for `pretrain_epochs` epochs: the paper gives
+no ε for Algorithm 1's stop on L_d, and its runs count epochs (section
+4.2). Every `eval_every` epochs the latent is clustered by k-means and
+scored (a subsample until the last epoch).
 """
 
 import time
@@ -17,28 +17,6 @@ import tensorflow as tf
 
 from ddlsc_tf import data
 from ddlsc_tf import evaluation
-
-
-class LossPlateauStop(keras.callbacks.Callback):
-  """Algorithm 1's stop: |L_d^(i) − L_d^(i−1)| <= ε between epochs."""
-
-  def __init__(self, key, tolerance, previous=None):
-    super().__init__()
-    self.key, self.tolerance = key, tolerance
-    self.previous = previous
-
-  def on_epoch_end(self, epoch, logs=None):
-    value = (logs or {}).get(self.key)
-    if value is None:
-      return
-    value = float(value)
-    if (self.previous is not None
-        and abs(value - self.previous) <= self.tolerance):
-      logging.info("%s moved %.2e <= %.2e: stopping after epoch %d",
-                   self.key, abs(value - self.previous), self.tolerance,
-                   epoch + 1)
-      self.model.stop_training = True
-    self.previous = value
 
 
 # Progress scores before the last epoch's: k-means of the plain latent of
@@ -76,7 +54,7 @@ class EvaluationCallback(keras.callbacks.Callback):
 
   def on_epoch_end(self, epoch, logs=None):
     done = epoch + 1
-    last = done == self.epochs or self.model.stop_training
+    last = done == self.epochs
     if self.labels is None or (done % self.config.eval_every and not last):
       return
     seconds = self.seconds()
@@ -147,33 +125,25 @@ def pretrain(model, images, labels, config, run, resume_state=None):
   Returns:
     The phase's result (`phase_result`).
   """
-  s = resume_state or {"epoch": 0, "history": [], "seconds": 0.0,
-                       "plateau": None, "stopped": False}
+  s = resume_state or {"epoch": 0, "history": [], "seconds": 0.0}
   evaluation_cb = EvaluationCallback(
       images, labels, config, epochs=config.pretrain_epochs,
       history=s["history"], seconds_before=s["seconds"])
-  if s["stopped"] or s["epoch"] >= config.pretrain_epochs:
+  if s["epoch"] >= config.pretrain_epochs:
     return phase_result(evaluation_cb.history, s["epoch"], s["seconds"])
   tensorboard = keras.callbacks.TensorBoard(
       log_dir=run.tensorboard_dir("pretrain"), write_graph=False)
-  plateau = LossPlateauStop("pretrain/l_d", config.pretrain_tolerance,
-                            previous=s["plateau"])
   epochs_done = [s["epoch"]]
 
   def checkpoint(done):
     epochs_done[0] = done
     run.save_epoch({"phase": "pretrain", "epoch": done,
                     "history": evaluation_cb.history,
-                    "seconds": evaluation_cb.seconds(),
-                    "plateau": plateau.previous,
-                    "stopped": bool(model.stop_training)})
+                    "seconds": evaluation_cb.seconds()})
 
-  # Plateau first, so the evaluation sees stop_training and scores the last
-  # epoch; the checkpoint last, so it saves that score.
+  # The checkpoint after the evaluation, so it saves the epoch's score.
   callbacks = [evaluation_cb, tensorboard, EpochEnd(checkpoint),
                run.stop_callback()]
-  if config.pretrain_tolerance > 0:
-    callbacks.insert(0, plateau)
   dataset, steps = batches(images, labels, config, run.tables,
                            first_epoch=s["epoch"],
                            epochs=config.pretrain_epochs)

@@ -55,8 +55,6 @@ HELP = {
                     "eq. 5.",
     "lambda_r": "Weight λ of the reconstruction loss in every phase "
                 "(eq. 6).",
-    "pretrain_tolerance": "Stop pre-training when L_d moves less than this "
-                          "between epochs; 0 runs every epoch.",
     "batch_neighbours": "Neighbours m drawn per batch seed from the "
                         "whole-data kNN table; 0 gives plain random batches.",
     "augment": "Largest random rotation (degrees), scale, shear and shift "

@@ -163,7 +163,7 @@ def test_flag_overrides_reach_the_config(tmp_path, tfds_data_dir,
                 "--pretrain_epochs=5", "--max_examples=200", "--phases=pretrain",
                 "--batch_size=50", "--seed=3", "--encoder_filters=4,4,15",
                 "--recalibrate_batch_norm", "--lambda_r=0.002",
-                "--pretrain_tolerance=100", "--batch_neighbours=2",
+                "--batch_neighbours=2",
                 "--enlarge=2")
   config = json.loads((tmp_path / "config.json").read_text())
   assert config["batch_size"] == 50
@@ -175,8 +175,7 @@ def test_flag_overrides_reach_the_config(tmp_path, tfds_data_dir,
   assert result["num_examples"] == 400  # 200 images and a copy of each
   assert result["seed"] == 3
   assert result["params"] == 2_300  # the narrower encoder (8, 8, 15: 3348)
-  # Algorithm 1's stop: a tolerance of 100 ends after the second epoch.
-  assert result["phases"]["pretrain"]["epochs"] == 2
+  assert result["phases"]["pretrain"]["epochs"] == 5
 
 
 def _scores(result):
