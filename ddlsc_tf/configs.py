@@ -137,9 +137,8 @@ def _check(c):
       raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}.")
   for name in ("cluster1_iterations", "cluster2_iterations", "seed",
                "embed_copies", "vote_rounds", "vote_latent_from",
-               "cluster_tolerance", "cluster2_tolerance",
-               "lambda_r", "lambda_g", "lambda_w",
-               "lambda_b", "lambda_d", "softmax_scale",
+               "cluster_tolerance", "cluster2_tolerance", "lambda_r",
+               "lambda_g", "lambda_w", "lambda_b", "lambda_d", "softmax_scale",
                "cluster2_softmax_scale", "batch_neighbours"):
     if getattr(c, name) is not None and getattr(c, name) < 0:
       raise ValueError(f"{name} must be >= 0, got {getattr(c, name)}.")

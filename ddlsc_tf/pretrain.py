@@ -133,10 +133,8 @@ def pretrain(model, images, labels, config, run, resume_state=None):
     return phase_result(evaluation_cb.history, s["epoch"], s["seconds"])
   tensorboard = keras.callbacks.TensorBoard(
       log_dir=run.tensorboard_dir("pretrain"), write_graph=False)
-  epochs_done = [s["epoch"]]
 
   def checkpoint(done):
-    epochs_done[0] = done
     run.save_epoch({"phase": "pretrain", "epoch": done,
                     "history": evaluation_cb.history,
                     "seconds": evaluation_cb.seconds()})
@@ -150,5 +148,6 @@ def pretrain(model, images, labels, config, run, resume_state=None):
   model.fit(dataset, steps_per_epoch=steps, initial_epoch=s["epoch"],
             epochs=config.pretrain_epochs, callbacks=callbacks,
             verbose=run.verbose, shuffle=False)  # the batches' own order
-  return phase_result(evaluation_cb.history, epochs_done[0],
+  # fit ran every epoch: a requested stop raises (`Run.check_stop`).
+  return phase_result(evaluation_cb.history, config.pretrain_epochs,
                       evaluation_cb.seconds())
