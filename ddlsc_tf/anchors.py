@@ -13,15 +13,10 @@ from ddlsc_tf import losses
 
 
 class KnnGraph(NamedTuple):
-  """A batch's kNN graph on raw inputs (see `knn_graph`).
-
-  Under `tf.function` only the fields a caller uses are computed (unused
-  ops are pruned): the anchors need `similarity`, `neighbours` and
-  `reverse_rank`, never the [B, B] `graph` or `rank`.
-  """
-  graph: tf.Tensor         # [B, B] bool, symmetric, False on the diagonal
+  """A batch's kNN graph on raw inputs (see `knn_graph`): its k|B| directed
+  entries i → neighbours[i, a]; a pair is in the symmetric graph when either
+  of its two entries is."""
   similarity: tf.Tensor    # [B, B] float, raw cosine similarity (symmetric)
-  rank: tf.Tensor          # [B, B] int32, j's place in i's list; k if absent
   neighbours: tf.Tensor    # [B, k] int32, i's k nearest, most similar first
   reverse_rank: tf.Tensor  # [B, k] int32, i's place in the list of its
                            # neighbour neighbours[i, a]; k if absent
@@ -72,15 +67,7 @@ def knn_graph(x, *, k):
       similarity, tf.fill([batch], tf.constant(-float("inf"),
                                                similarity.dtype)))
   _, neighbours = tf.math.top_k(masked, k=k)
-  indices = _entry_indices(neighbours)
-  # rank + 1 on the neighbours, 0 elsewhere, then shifted: non-neighbours → k.
-  places = tf.tile(tf.range(1, k + 1), [batch])
-  rank = tf.scatter_nd(indices, places, [batch, batch]) - 1
-  rank = tf.where(rank < 0, k, rank)
-  directed = rank < k
-  graph = tf.logical_or(directed, tf.transpose(directed))
-  return KnnGraph(graph, similarity, rank, neighbours,
-                  _reverse_rank(neighbours))
+  return KnnGraph(similarity, neighbours, _reverse_rank(neighbours))
 
 
 ANCHOR_SELECTIONS = ("similarity", "rank")

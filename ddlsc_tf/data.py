@@ -34,7 +34,6 @@ class DatasetSpec(NamedTuple):
 
   builder: TFDS builder name.
   split: the split that holds every image.
-  num_classes: K, the number of ground-truth classes.
   image_size: (H, W) of the returned images; stored images of another size
     are resized with area averaging.
   channels: C of the stored and returned images.
@@ -46,7 +45,6 @@ class DatasetSpec(NamedTuple):
   """
   builder: str
   split: str
-  num_classes: int
   image_size: Tuple[int, int]
   channels: int
   label_key: str = "label"
@@ -55,19 +53,19 @@ class DatasetSpec(NamedTuple):
 
 
 DATASETS = {
-    "mnist": DatasetSpec(builder="mnist", split="train+test", num_classes=10,
+    "mnist": DatasetSpec(builder="mnist", split="train+test",
                          image_size=(28, 28), channels=1),
     # Development data: MNIST's 10,000-image test split alone.
-    "mnist_test": DatasetSpec(builder="mnist", split="test", num_classes=10,
+    "mnist_test": DatasetSpec(builder="mnist", split="test",
                               image_size=(28, 28), channels=1),
     # 128x128 down-sampled to 32x32 (section 4.3); label = object id - 1.
-    "coil20": DatasetSpec(builder="coil20", split="train", num_classes=20,
+    "coil20": DatasetSpec(builder="coil20", split="train",
                           image_size=(32, 32), channels=1,
                           archive="coil-20-proc.zip"),
     # The stock coil100's `object_id` (ClassLabel obj1..obj100) is the object
     # id - 1; its supervised label is the pose. The stock builder rejects a
     # rebuilt coil-100.zip, `coil100_manual` reads any.
-    "coil100": DatasetSpec(builder="coil100", split="train", num_classes=100,
+    "coil100": DatasetSpec(builder="coil100", split="train",
                            image_size=(32, 32), channels=3,
                            label_key="object_id", archive="coil-100.zip",
                            manual_builder="coil100_manual"),
@@ -75,10 +73,6 @@ DATASETS = {
 
 # Images resized per batch of this many (COIL-100 is 350 MB as uint8 128x128).
 _RESIZE_BATCH = 1000
-
-
-def num_classes(dataset):
-  return _spec(dataset).num_classes
 
 
 def _spec(dataset):

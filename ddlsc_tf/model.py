@@ -215,12 +215,6 @@ class DDLSC(keras.Model):
     step = getattr(self, f"_{self.phase}_step")
     return step(data)
 
-  def cluster_scores(self, images, batch_size=1000):
-    """Cosine of each image's latent to each centroid, [N, K] NumPy."""
-    z = self.embed(images, batch_size=batch_size)
-    return tf.matmul(losses.normalize_rows(z), self.centroids,
-                     transpose_b=True).numpy()
-
   def serve(self, images):
     """What the exported model answers, for a batch of images.
 

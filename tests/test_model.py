@@ -129,8 +129,8 @@ def test_keras_save_reload_gives_identical_model(tmp_path, make_blobs):
     np.testing.assert_array_equal(a, b)
   np.testing.assert_array_equal(reloaded.embed(x), model.embed(x))
   np.testing.assert_array_equal(reloaded(x)[1], model(x)[1])
-  np.testing.assert_array_equal(reloaded.cluster_scores(x),
-                                model.cluster_scores(x))
+  np.testing.assert_array_equal(reloaded.serve(x)["scores"],
+                                model.serve(x)["scores"])
 
 
 def test_embed_goes_batch_by_batch_on_arrays_and_tensors(make_blobs):
