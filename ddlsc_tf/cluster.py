@@ -82,25 +82,26 @@ class Assignment:
     """Resuming inside the stage with the checkpoint's S."""
     del assignments
 
-  def vote(self, assignments, z=None):
+  def vote(self, assignments, z=None, iteration=None):
+    """S smoothed by the raw images' neighbours; in stage II also by z's
+    from iteration `vote_latent_from` on."""
     c = self.config
+    latent = (self.phase == "cluster2" and c.vote_latent_from is not None
+              and iteration is not None and iteration >= c.vote_latent_from)
     return self.run.tables.vote(assignments, num_clusters=c.num_clusters,
-                                rounds=c.vote_rounds, z=z)
+                                rounds=c.vote_rounds,
+                                z=z if latent else None)
 
   def nearest(self, z, iteration, balanced=False):
     """The nearest centroid (with `balanced`, under equal cluster sizes,
-    moving the centroids), voted: in stage II also on z's neighbours from
-    iteration `vote_latent_from` on."""
-    c = self.config
-    latent = (self.phase == "cluster2" and c.vote_latent_from is not None
-              and iteration >= c.vote_latent_from)
+    moving the centroids), voted."""
     if balanced:
       nearest, centroids = partitions.balanced_kmeans_on_sphere(
           z, self.model.centroids.numpy())
       self.model.centroids.assign(centroids)
     else:
       nearest = losses.assign_clusters(z, self.model.centroids).numpy()
-    return self.vote(nearest, z=z if latent else None)
+    return self.vote(nearest, z, iteration)
 
   def choose(self, z, iteration):
     """S for this iteration, from the latent z of every image."""
@@ -139,7 +140,7 @@ class Held(Assignment):
 
 
 class Balanced(Assignment):
-  """Stage II from a new k-means partition, then equal-size clusters from
+  """Stage II from a new start partition, then equal-size clusters from
   the second iteration on (objects of equal counts)."""
 
   def needs_start(self):
@@ -166,7 +167,8 @@ class Refresh(Assignment):
   def choose(self, z, iteration):
     if iteration > 0:
       self.pending = self.vote(start_partition(self.model, self.images,
-                                               self.config, z=z))
+                                               self.config, z=z),
+                               z, iteration)
     return super().choose(z, iteration)
 
   def scored_as(self, iteration):
@@ -204,9 +206,11 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
     assignments: the checkpoint's S when resuming.
 
   Returns:
-    The phase's result: the model's nearest-centroid scores, the history
-    of every outer iteration and, when θ trained on another S, that S's
-    last scores under `Assignment.scored_as`.
+    The phase's result: the scores of the last S (without a vote, the
+    nearest centroid before the last centroid update: Algorithm 2's output)
+    or, when θ trained on another S, the model's nearest-centroid scores
+    with that S's under `Assignment.scored_as`; the history of every outer
+    iteration.
   """
   c = config
   stage1 = phase == "cluster1"

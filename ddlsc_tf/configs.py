@@ -323,12 +323,13 @@ CHAINS = dict(anchor_groups=True, cluster2_assignment="balanced",
               cluster2_softmax_scale=10.0, vote_latent_from=5)
 CHAINS_BALANCED_POINTS = 2000
 # Above it, as COIL-100's preset: a spectral start and a new partition every
-# iteration, since such latent clusters are not compact; MNIST's 15 stage-II
-# iterations, the shorter stage II being untried on such data.
+# iteration, since such latent clusters are not compact, voted on the raw
+# images' neighbours only; MNIST's 15 stage-II iterations, the shorter
+# stage II being untried on such data.
 CHAINS_MANY = dict(anchor_groups=True, cluster_init="spectral",
                    cluster2_assignment="refresh",
                    cluster2_iterations=MNIST.cluster2_iterations,
-                   vote_latent_from=MNIST.vote_latent_from)
+                   vote_latent_from=None)
 GENERAL_LATENT = 60            # the last layer's filters give d >= this
 GENERAL_PRETRAIN_STEPS = 1000  # pre-training's optimizer steps, any N
 

@@ -613,9 +613,26 @@ def test_the_latent_vote_joins_stage_two_from_its_iteration(
   assert not (votes[-2][1][:, 4:] == votes[-1][1][:, 4:]).all()
 
 
+def test_refreshed_partitions_take_the_latent_vote_too(tmp_path,
+                                                      monkeypatch):
+  # A new partition each stage-II iteration is voted as the nearest
+  # centroid is: on the raw table, and from vote_latent_from on also on
+  # the latent's neighbours.
+  votes, _ = _spy_on_votes_and_batches(monkeypatch)
+  x, labels = _noise_images()
+  config = _SIXTY_IMAGES.replace(cluster1_iterations=1,
+                                 cluster2_iterations=2, vote_rounds=1,
+                                 vote_latent_from=2,
+                                 cluster2_assignment="refresh")
+  _run(config, x, labels, tmp_path)
+  # Stage I: 2 votes; stage II: its start, then iterations 1 and 2.
+  assert [table.shape[1] for _, table, _ in votes] == [4, 4, 4, 4, 8]
+
+
 def test_vote_latent_from_must_not_be_negative():
   with pytest.raises(ValueError, match="vote_latent_from must be >= 0"):
     configs.TINY.replace(vote_latent_from=-1)
+
 
 
 def test_balanced_stage_two_trains_on_equal_sizes(tmp_path, monkeypatch):

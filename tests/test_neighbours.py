@@ -216,10 +216,11 @@ def test_the_general_recipe_applies_chains_only_to_chained_data():
   assert config == general.replace(**configs.CHAINS_MANY)
   assert (config.cluster_init, config.cluster2_assignment) == (
       "spectral", "refresh")
-  # ... with MNIST's 15-iteration stage II, not the general recipe's 6.
+  # ... with MNIST's 15-iteration stage II, not the general recipe's 6;
+  # the refreshed partitions are voted on the raw images' neighbours only.
   assert general.cluster2_iterations == 6
   assert (config.cluster2_iterations, config.vote_latent_from) == (
-      configs.MNIST.cluster2_iterations, configs.MNIST.vote_latent_from)
+      configs.MNIST.cluster2_iterations, None)
   assert "not equal sizes" in choice["why"]
   # A preset decides nothing.
   assert train.decide_from_data(configs.COIL20, chains, 12) == (
