@@ -25,6 +25,7 @@ from ddlsc_tf import configs
 from ddlsc_tf import evaluation
 from ddlsc_tf import metrics
 from ddlsc_tf import train
+from ddlsc_tf import workdir as workdir_lib
 
 RAW, RECON, PAPER = "raw", "recon", "paper"
 BASELINES = {RAW: "k-means on raw pixels",
@@ -166,12 +167,27 @@ def rung_record(rung, seed, result, *, pretrained=None, owner=None):
 
 
 def _finished(workdir, config):
+  """The run's result.json when it ran `config`'s phases, else None.
+
+  Raises:
+    ValueError: the run there has other settings (a rung started from an
+      earlier rung's pre-training lists fewer phases, which is no
+      difference).
+  """
+  _check_settings(workdir, config, ignore=("phases",))
   path = os.path.join(workdir, "result.json")
   if not os.path.exists(path):
     return None
   result = checkpoints.read_json(path)
   done = all(p in result.get("phases", {}) for p in config.phases)
   return result if done and "final" in result else None
+
+
+def _check_settings(workdir, config, ignore=()):
+  differ = workdir_lib.config_differences(workdir, config, ignore)
+  if differ:
+    raise ValueError(f"{workdir} holds a run with other settings: {differ}; "
+                     f"use another root for other settings.")
 
 
 def run_rung(dataset, rung, seed, root, *, data_dir=None, manual_dir=None,
@@ -198,12 +214,15 @@ def run_rung(dataset, rung, seed, root, *, data_dir=None, manual_dir=None,
   workdir = os.path.join(root, rung, f"seed{seed}")
   if rung == RAW:
     path = os.path.join(workdir, "result.json")
+    _check_settings(workdir, config)
     if not os.path.exists(path):
       if not run_missing:
         return None
       os.makedirs(workdir, exist_ok=True)
       scores = evaluation.raw_kmeans_baseline(
           config, data_dir=data_dir, manual_dir=manual_dir)
+      checkpoints.write_json_atomic(os.path.join(workdir, "config.json"),
+                                    config.to_dict())
       checkpoints.write_json_atomic(path, scores)
     scores = checkpoints.read_json(path)
     return {"rung": rung, "seed": seed, "pretrained_in": None,

@@ -52,6 +52,21 @@ def check_workdir(workdir):
         f"workdir {workdir} is a file, not a folder; choose another workdir.")
 
 
+def config_differences(workdir, config, ignore=()):
+  """How WORKDIR/config.json differs from `config`, as "field (saved X, now
+  Y), ..." over the fields not in `ignore`; "" when it does not (or there
+  is no config.json)."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return ""
+  saved = checkpoints.read_json(path)
+  current = checkpoints.json_round_trip(config.to_dict())
+  return ", ".join(
+      f"{k} (saved {saved.get(k)!r}, now {current.get(k)!r})"
+      for k in sorted(set(saved) | set(current))
+      if k not in ignore and saved.get(k) != current.get(k))
+
+
 def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
   """Refuses a workdir holding another run unless told what to do, then
   writes config.json there.
@@ -78,16 +93,11 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
       path = os.path.join(workdir, name)
       (shutil.rmtree if os.path.isdir(path) else os.remove)(path)
   elif found and resume and os.path.exists(config_path):
-    saved = checkpoints.read_json(config_path)
-    current = checkpoints.json_round_trip(config.to_dict())
-    differ = sorted(k for k in set(saved) | set(current)
-                    if saved.get(k) != current.get(k))
+    differ = config_differences(workdir, config)
     if differ:
       raise ValueError(
           f"cannot resume the run in {workdir}: its config differs in "
-          + ", ".join(f"{k} (saved {saved.get(k)!r}, now {current.get(k)!r})"
-                      for k in differ)
-          + ". Resume with the same flags, or use another workdir.")
+          f"{differ}. Resume with the same flags, or use another workdir.")
   elif found and not resume:
     raise FileExistsError(
         f"workdir {workdir} already holds a run ({', '.join(found)}); "

@@ -199,11 +199,33 @@ def test_the_harness_runs_resumes_and_writes_its_table(tmp_path,
 
   # Run again: the finished runs are read, not repeated.
   stamps = {p: p.stat().st_mtime for p in root.glob("*/seed0/*.json")}
-  assert len(stamps) == 11  # result.json of each, config.json of 5
+  assert len(stamps) == 12  # result.json and config.json of each
   _ablation(tmp_path, tfds_data_dir, mnist_manual_dir, "--seeds=0", rungs)
   assert {p: p.stat().st_mtime for p in stamps} == stamps
   again = json.loads((root / "ablation_mnist_test.json").read_text())
   assert again["records"] == summary["records"]
+
+
+@pytest.mark.parametrize("rung", ["raw", "paper"])
+def test_a_finished_rung_with_other_settings_is_refused(tmp_path, rung):
+  # A smoke run's finished rung in the same root is not read as the real
+  # run's: the root's config.json must match what is asked.
+  workdir = tmp_path / rung / "seed0"
+  workdir.mkdir(parents=True)
+  smoke = ablation.rung_config("mnist_test", rung, 0, {"pretrain_epochs": 1})
+  (workdir / "config.json").write_text(json.dumps(smoke.to_dict()))
+  scores = {"acc": 0.5, "nmi": 0.4, "ari": 0.3}
+  (workdir / "result.json").write_text(json.dumps(
+      {"phases": {p: {**scores, "seconds": 1.0} for p in smoke.phases},
+       "final": scores, **scores, "seconds": 1.0}))
+  with pytest.raises(ValueError, match="other settings: pretrain_epochs "
+                     r"\(saved 1, now 50\)"):
+    ablation.run_rung("mnist_test", rung, 0, str(tmp_path),
+                      run_missing=False)
+  # The same settings read the finished run.
+  assert ablation.run_rung("mnist_test", rung, 0, str(tmp_path),
+                           overrides={"pretrain_epochs": 1},
+                           run_missing=False) is not None
 
 
 def _record(rung, seed, acc, pretrain=None):
