@@ -28,7 +28,7 @@ class PretrainLoss:
 @dataclasses.dataclass(frozen=True)
 class Stage1Loss:
   """Eq. 8: −L_c + λ_d L_d + λ_r L_r."""
-  lambda_d: float = 1.0                # the start of its schedule
+  lambda_d: float = 1.0                # its value now (stage I moves it)
   softmax_scale: float = 0.0           # > 0: fit S by a softmax (ours)
 
 

@@ -345,7 +345,8 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     _run_all(model, images, labels, config, run, state, pictures)
     if not cluster.centroids_initialised(model):
       # Pre-training only: the exported model's centroids come from the
-      # config's start (k-means: the ones its evaluation scored, same seed).
+      # config's start on the plain latent (k-means: the partition its
+      # evaluation scored, under plain_* when that averages copies).
       cluster.start_partition(model, images, config)
     # A stop asked for now waits for these writes; the run is then done.
     checkpoints.save_model_atomic(model,

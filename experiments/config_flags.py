@@ -42,7 +42,7 @@ HELP = {
     "decoder_filters": "Filters of each decoder block before the output "
                        "conv (one fewer than the encoder's).",
     "batch_size": "Images per batch |B| in every phase.",
-    "pretrain_epochs": "Pre-training epochs (Algorithm 1), at most.",
+    "pretrain_epochs": "Pre-training epochs (Algorithm 1).",
     "pretrain_loss": "Pre-training's objective: discriminative (eq. 6) or "
                      "reconstruction (L_r alone, the classic baseline).",
     "knn_k": "Neighbours per image in each batch's kNN graph on raw pixels.",
