@@ -19,6 +19,10 @@ def _check_labels(y_true, y_pred):
         f"{y_true.shape} and {y_pred.shape}.")
   if y_true.size == 0:
     raise ValueError("y_true and y_pred are empty.")
+  for name, y in (("y_true", y_true), ("y_pred", y_pred)):
+    if not (np.issubdtype(y.dtype, np.integer) or y.dtype == bool):
+      raise ValueError(f"{name} must be integers (class or cluster ids), "
+                       f"got dtype {y.dtype}.")
   labelled = y_true >= 0  # a negative label marks an unlabelled image
   if not labelled.any():
     raise ValueError("every y_true is negative (unlabelled): nothing to "

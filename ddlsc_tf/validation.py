@@ -8,7 +8,8 @@ import numpy as np
 
 
 # How to give images the channels a model takes.
-_CONVERT = {1: "gray: average the colour channels, X.mean(axis=-1)",
+_CONVERT = {1: "gray: weigh the colour channels as the library's own files, "
+               "X[..., :3] @ [0.299, 0.587, 0.114]",
             3: "RGB: repeat the gray channel, "
                "np.repeat(X.reshape(*X.shape[:3], 1), 3, axis=-1)"}
 
@@ -51,20 +52,22 @@ def check_images(images, *, expected_shape=None, name="images"):
   if min(array.shape[1:]) == 0:
     raise ValueError(f"{name} has an empty image dimension: shape "
                      f"{array.shape}.")
-  if expected_shape is not None and tuple(array.shape[1:]) != tuple(
-      expected_shape):
-    if tuple(array.shape[1:3]) == tuple(expected_shape[:2]):
-      raise ValueError(
-          f"{name} have {array.shape[3]} channel(s) per image, but the "
-          f"model takes {expected_shape[2]} (shape {tuple(expected_shape)});"
-          f" convert them first ({_CONVERT[expected_shape[2]]}).")
-    raise ValueError(
-        f"{name} have shape {tuple(array.shape[1:])} per image, but the "
-        f"model takes {tuple(expected_shape)}; resize them first.")
   if array.shape[-1] not in (1, 2, 3, 4):
     raise ValueError(
         f"{name} have {array.shape[-1]} channels per image; images have 1 "
         f"(gray) or 3 (RGB), each with an optional alpha channel.")
+  # As the model sees them: an alpha channel is composited away below.
+  shape = (*array.shape[1:3], {2: 1, 4: 3}.get(array.shape[3],
+                                              array.shape[3]))
+  if expected_shape is not None and shape != tuple(expected_shape):
+    if shape[:2] == tuple(expected_shape[:2]):
+      raise ValueError(
+          f"{name} have {shape[2]} colour channel(s) per image, but the "
+          f"model takes {expected_shape[2]} (shape {tuple(expected_shape)});"
+          f" convert them first ({_CONVERT[expected_shape[2]]}).")
+    raise ValueError(
+        f"{name} have shape {shape} per image, but the model takes "
+        f"{tuple(expected_shape)}; resize them first.")
   if array.dtype == np.uint8:
     return composite_alpha(array.astype(np.float32) / 255.0)
   dtype = array.dtype

@@ -116,3 +116,12 @@ def test_scores_equal_hand_computed_values(name):
 def test_bad_label_shapes_raise():
   with pytest.raises(ValueError, match=r"\(3,\) and \(2,\)"):
     metrics.cluster_accuracy([0, 1, 1], [0, 1])
+
+
+@pytest.mark.parametrize("y_true,y_pred,name", [
+    ([0.2, 0.7, 1.0, 1.0], [0, 1, 2, 2], "y_true"),  # truncated to 0, 0, 1
+    ([0, 1, 1, 0], [0, 1, np.nan, 0], "y_pred"),
+])
+def test_labels_that_are_not_integers_raise(y_true, y_pred, name):
+  with pytest.raises(ValueError, match=f"{name} must be integers"):
+    metrics.cluster_accuracy(y_true, y_pred)

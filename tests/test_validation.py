@@ -21,6 +21,7 @@ from ddlsc_tf import data
 from ddlsc_tf import evaluation
 from ddlsc_tf import inference
 from ddlsc_tf import train
+from ddlsc_tf import validation
 from ddlsc_tf import workdir as workdir_lib
 from ddlsc_tf.datasets import sources
 from experiments import config_flags
@@ -130,8 +131,23 @@ def test_estimator_predict_names_a_channel_mismatch():
   estimator = DDLSC(n_clusters=10)
   estimator.model_ = train.build_model(configs.TINY, (28, 28, 1))
   with pytest.raises(ValueError, match=re.escape(
-      "have 3 channel(s) per image, but the model takes 1")):
+      "have 3 colour channel(s) per image, but the model takes 1")):
     estimator.predict(np.zeros((4, 28, 28, 3), np.float32))
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_images_with_alpha_meet_the_model_they_trained(channels):
+  # fit composites an alpha channel away, so predict on the same images
+  # must too: gray+alpha fits a gray model, RGBA an RGB one.
+  rgba = np.random.default_rng(0).random((4, 28, 28, channels + 1),
+                                         dtype=np.float32)
+  checked = validation.check_images(rgba, expected_shape=(28, 28, channels))
+  assert checked.shape == (4, 28, 28, channels)
+  np.testing.assert_array_equal(checked, validation.check_images(rgba))
+  with pytest.raises(ValueError, match=re.escape(
+      f"have {channels} colour channel(s) per image, but the model takes "
+      f"{4 - channels}")):
+    validation.check_images(rgba, expected_shape=(28, 28, 4 - channels))
 
 
 def test_a_ragged_list_of_images_is_named():
