@@ -24,6 +24,5 @@ setuptools.setup(
     # tfds.testing (DatasetBuilderTestCase) imports dill.
     # pytest-xdist: the README's test command runs on two workers (a single
     # pytest process kept one of CI's two cores idle).
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3", "dill"],
-                    "plots": []},  # matplotlib is a requirement now
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3", "dill"]},
 )

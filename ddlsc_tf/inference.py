@@ -1,7 +1,8 @@
 """Clusters for new images from a trained run (experiments/predict.py).
 
     model = inference.load_trained("DIR")          # DIR/model.keras
-    rows = inference.predict_path(model, "photos/", out_csv="clusters.csv")
+    names, clusters, scores = inference.predict_path(
+        model, "photos/", out_csv="clusters.csv")
 """
 
 import csv

@@ -19,13 +19,8 @@ TSNE_POINTS = 5000
 def save_pictures(model, images, labels, config, workdir, phase,
                   phase_result):
   """Draws and saves `phase`'s pictures; a picture that cannot be drawn
-  (no matplotlib, too few points) is a warning, never a failed phase."""
+  (too few points) is a warning, never a failed phase."""
   from ddlsc_tf import plots  # pylint: disable=import-outside-toplevel
-  if not plots.matplotlib_available():
-    # Checked before the embedding, k-means and t-SNE they would need.
-    logging.warning("no pictures for %s: %s (--nopictures turns them off)",
-                    phase, plots.MISSING_MATPLOTLIB)
-    return
   # The plain latent z = f(x), the paper's measure (and no second pass over
   # pre-training's copies, which its score has just made).
   z = evaluation.embed(model, images, config, phase=phase, plain=True)

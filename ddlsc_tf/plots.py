@@ -1,7 +1,6 @@
 """Pictures of a clustering run: t-SNE of the latent, mapped confusion matrix.
 
-matplotlib is an optional extra (`pip install ddlsc_tf[plots]`), imported
-only when a figure is drawn. Figures are built with the object-oriented API
+matplotlib is imported only when a figure is drawn. Figures are built with the object-oriented API
 on an Agg canvas, never through pyplot, so drawing needs no display and does
 not change the backend of the calling process (e.g. a notebook).
 """
@@ -24,33 +23,15 @@ from ddlsc_tf import metrics
 QUALITATIVE_MAPS = ((10, "tab10"), (20, "tab20"))
 CONTINUOUS_MAP = "turbo"
 ANNOTATE_MAX_K = 20
-
-# What a figure raises, and a run warns, without the optional matplotlib.
-MISSING_MATPLOTLIB = ("ddlsc_tf.plots needs matplotlib: "
-                      "pip install ddlsc_tf[plots]")
-
-
-def matplotlib_available():
-  """Whether matplotlib, the optional `plots` extra, can be imported.
-
-  A run checks this before a phase's pictures, whose embedding, k-means
-  and t-SNE take one to two minutes per phase on MNIST before the first
-  figure would fail for want of matplotlib.
-  """
-  try:
-    import matplotlib  # pylint: disable=import-outside-toplevel,unused-import
-  except ImportError:
-    return False
-  return True
-
+# OpenMP threads for t-SNE's gradient: OpenMP spin-waits when the cores are
+# shared with a training job (on 2 busy cores all threads took 41 s instead
+# of 7.5 s for 2,000 points).
+TSNE_THREADS = 1
 
 def _new_figure(figsize):
   """A matplotlib Figure on an Agg canvas (no pyplot, no global backend)."""
-  try:
-    from matplotlib import figure as mpl_figure
-    from matplotlib.backends import backend_agg
-  except ImportError as e:
-    raise ImportError(MISSING_MATPLOTLIB) from e
+  from matplotlib import figure as mpl_figure
+  from matplotlib.backends import backend_agg
   fig = mpl_figure.Figure(figsize=figsize, layout="constrained")
   backend_agg.FigureCanvasAgg(fig)
   return fig
@@ -61,8 +42,7 @@ def _colormap(name):
   return colormaps[name]
 
 
-def tsne_figure(z, labels, *, title, max_points=10000, seed=0,
-                num_threads=1):
+def tsne_figure(z, labels, *, title, max_points=10000, seed=0):
   """2-D t-SNE of the latent, points coloured by class.
 
   Rows are L2-normalised first, since the clustering works on the unit
@@ -72,15 +52,10 @@ def tsne_figure(z, labels, *, title, max_points=10000, seed=0,
 
   Args:
     z: [N, D] float embeddings.
-    labels: [N] int class labels (or cluster ids) used for colour, or None to
-      draw every point in one colour.
+    labels: [N] int class labels (or cluster ids) used for colour.
     title: figure title; the caller puts the phase and ACC in it.
     max_points: the most points embedded, >= 3.
     seed: int, seed of the subsample and of t-SNE.
-    num_threads: OpenMP threads for t-SNE's gradient, or None for all cores.
-      1 by default: OpenMP spin-waits when the cores are shared with a
-      training job, and on 2 busy cores all threads took 7 s instead of
-      0.3 s for 150 points, 41 s instead of 7.5 s for 2000.
 
   Returns:
     a matplotlib Figure.
@@ -88,11 +63,10 @@ def tsne_figure(z, labels, *, title, max_points=10000, seed=0,
   z = np.asarray(z, dtype=np.float64)
   if z.ndim != 2:
     raise ValueError(f"z must be [N, D], got shape {z.shape}.")
-  if labels is not None:
-    labels = np.asarray(labels)
-    if labels.shape != (z.shape[0],):
-      raise ValueError(f"labels must be [N] with N = {z.shape[0]} (rows of "
-                       f"z), got shape {labels.shape}.")
+  labels = np.asarray(labels)
+  if labels.shape != (z.shape[0],):
+    raise ValueError(f"labels must be [N] with N = {z.shape[0]} (rows of "
+                     f"z), got shape {labels.shape}.")
   if max_points < 3:
     raise ValueError(f"max_points must be >= 3, got {max_points}.")
   if z.shape[0] < 3:
@@ -105,7 +79,7 @@ def tsne_figure(z, labels, *, title, max_points=10000, seed=0,
     rng = np.random.default_rng(seed)
     keep = np.sort(rng.choice(z.shape[0], max_points, replace=False))
     z = z[keep]
-    labels = None if labels is None else labels[keep]
+    labels = labels[keep]
   z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
   n = z.shape[0]
   # Perplexity needs 3 neighbours per unit below N; 30 is usual for large N.
@@ -113,31 +87,28 @@ def tsne_figure(z, labels, *, title, max_points=10000, seed=0,
   # openTSNE (FFT-accelerated): 47 s for 10k points where scikit-learn's
   # took 109 s, one thread each on 2 shared cores.
   tsne = openTSNE.TSNE(perplexity=perplexity, initialization="pca",
-                       random_state=seed, n_jobs=num_threads or -1)
-  with threadpoolctl.threadpool_limits(num_threads, user_api="openmp"):
+                       random_state=seed, n_jobs=TSNE_THREADS)
+  with threadpoolctl.threadpool_limits(TSNE_THREADS, user_api="openmp"):
     xy = np.asarray(tsne.fit(z))
 
   fig = _new_figure((7, 6))
   ax = fig.add_subplot()
   size = 4 if n > 2000 else 10
-  if labels is None:
-    ax.scatter(xy[:, 0], xy[:, 1], s=size, linewidths=0)
+  classes, index = np.unique(labels, return_inverse=True)
+  num_classes = len(classes)
+  qualitative = [name for k, name in QUALITATIVE_MAPS if num_classes <= k]
+  if qualitative:
+    cmap = _colormap(qualitative[0])
+    for i, c in enumerate(classes):
+      at = index == i
+      ax.scatter(xy[at, 0], xy[at, 1], s=size, linewidths=0,
+                 color=cmap(i), label=str(c))
+    ax.legend(markerscale=3 if size < 10 else 1.5, fontsize="small",
+              loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
   else:
-    classes, index = np.unique(labels, return_inverse=True)
-    num_classes = len(classes)
-    qualitative = [name for k, name in QUALITATIVE_MAPS if num_classes <= k]
-    if qualitative:
-      cmap = _colormap(qualitative[0])
-      for i, c in enumerate(classes):
-        at = index == i
-        ax.scatter(xy[at, 0], xy[at, 1], s=size, linewidths=0,
-                   color=cmap(i), label=str(c))
-      ax.legend(markerscale=3 if size < 10 else 1.5, fontsize="small",
-                loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
-    else:
-      points = ax.scatter(xy[:, 0], xy[:, 1], s=size, linewidths=0, c=index,
-                          cmap=CONTINUOUS_MAP)
-      fig.colorbar(points, ax=ax, label="class index")
+    points = ax.scatter(xy[:, 0], xy[:, 1], s=size, linewidths=0, c=index,
+                        cmap=CONTINUOUS_MAP)
+    fig.colorbar(points, ax=ax, label="class index")
   ax.set_xticks([])
   ax.set_yticks([])
   ax.set_title(title)

@@ -47,6 +47,7 @@ config_flags.define_data_flags()
 config_flags.define_overrides(skip=("dataset", "seed"))
 
 
+cli.table_beside_out()
 _LOCAL_FLAGS = ("--root", "--out", "--data_dir", "--manual_dir")
 
 

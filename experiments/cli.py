@@ -66,6 +66,15 @@ def add_records(path, records, key):
   return sorted(kept + list(records), key=lambda r: tuple(r[k] for k in key))
 
 
+def table_beside_out():
+  """Refuses an --out ending in .md before any work: write_summary puts the
+  Markdown table beside the JSON under that name."""
+  flags.register_validator(
+      "out", lambda out: not out or not out.endswith(".md"),
+      message="--out names the JSON, and its Markdown table goes beside it "
+              "as .md: give --out another extension (e.g. .json).")
+
+
 def write_summary(out, summary, table, *, started, local_flags, notes=""):
   """Writes a harness's summary to OUT (JSON, with its command, commit, start
   time and machine) and `table` (+ `notes`) beside it as .md; prints the

@@ -53,6 +53,7 @@ config_flags.define_overrides(skip=("dataset", "num_clusters", "seed",
                                     "max_examples", "image_size",
                                     "channels"))
 
+cli.table_beside_out()
 _LOCAL_FLAGS = ("--root", "--out", "--data_dir", "--manual_root")
 
 

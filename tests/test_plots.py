@@ -1,7 +1,6 @@
 """Plots: the mapped confusion matrix against ACC, PNG writing, TB images."""
 
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -127,15 +126,3 @@ def test_tsne_figure_with_many_classes_uses_a_colour_bar():
   z, labels = _latent(n=75, num_classes=25)
   fig = plots.tsne_figure(z, labels, title="t")
   assert len(fig.axes) == 2  # the scatter and its colour bar
-
-
-def test_missing_matplotlib_says_how_to_install_it(monkeypatch):
-  monkeypatch.setitem(sys.modules, "matplotlib", None)
-  with pytest.raises(ImportError, match=r"pip install ddlsc_tf\[plots\]"):
-    plots.confusion_figure([0, 1], [1, 0], title="t")
-
-
-def test_matplotlib_available_follows_the_import(monkeypatch):
-  assert plots.matplotlib_available()
-  monkeypatch.setitem(sys.modules, "matplotlib", None)
-  assert not plots.matplotlib_available()

@@ -294,28 +294,6 @@ def test_evaluate_needs_the_runs_config_beside_the_model(smoke, tmp_path):
     evaluation.evaluate_saved(str(workdir / "missing.keras"))
 
 
-def test_pictures_without_matplotlib_skip_before_embedding(monkeypatch,
-                                                            tmp_path):
-  # pylint: disable=import-outside-toplevel
-  from absl import logging
-  from ddlsc_tf import pictures, plots
-
-  def fail(*args, **kwargs):
-    raise AssertionError("embedded for pictures that cannot be drawn")
-
-  warnings = []
-  monkeypatch.setattr(plots, "matplotlib_available", lambda: False)
-  monkeypatch.setattr(evaluation, "embed", fail)
-  monkeypatch.setattr(logging, "warning",
-                      lambda msg, *args: warnings.append(msg % args))
-  pictures.save_pictures(None, None, None, TINY, str(tmp_path), "pretrain",
-                         {"epochs": 1})
-  assert len(warnings) == 1
-  assert "pip install ddlsc_tf[plots]" in warnings[0]
-  assert "pretrain" in warnings[0]
-  assert not list(tmp_path.iterdir())
-
-
 def test_pretraining_pictures_show_the_plain_latent(monkeypatch, tmp_path):
   # The paper's measure, and no second pass over the copies its score made.
   # pylint: disable=import-outside-toplevel

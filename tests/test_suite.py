@@ -162,3 +162,17 @@ def test_a_finished_fit_is_read_only_with_the_same_settings(tmp_path):
   with pytest.raises(ValueError, match="use another root"):
     suite.run_set("digits_24", 3, str(tmp_path), preset="coil20",
                   overrides={"augment": (1.0, 0.0, 0.0, 0.0)})
+
+
+@pytest.mark.parametrize("script", ["suite", "ablation --dataset=mnist_test"])
+def test_an_out_ending_in_md_is_refused_before_any_work(tmp_path, script):
+  # The table goes beside the JSON as .md: the same name would lose one.
+  out = tmp_path / "table.md"
+  name, *args = script.split()
+  done = subprocess.run(
+      [sys.executable, "-m", f"experiments.{name}", *args, f"--out={out}",
+       f"--root={tmp_path}", "--collect"], cwd=REPO, capture_output=True,
+      text=True, timeout=300)
+  assert done.returncode != 0
+  assert "give --out another extension" in done.stderr
+  assert not out.exists()
