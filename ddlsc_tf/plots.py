@@ -1,8 +1,9 @@
 """Pictures of a clustering run: t-SNE of the latent, mapped confusion matrix.
 
-matplotlib is imported only when a figure is drawn. Figures are built with the object-oriented API
-on an Agg canvas, never through pyplot, so drawing needs no display and does
-not change the backend of the calling process (e.g. a notebook).
+matplotlib is imported only when a figure is drawn. Figures are built with
+the object-oriented API on an Agg canvas, never through pyplot, so drawing
+needs no display and does not change the backend of the calling process
+(e.g. a notebook).
 """
 
 import io
@@ -27,6 +28,7 @@ ANNOTATE_MAX_K = 20
 # shared with a training job (on 2 busy cores all threads took 41 s instead
 # of 7.5 s for 2,000 points).
 TSNE_THREADS = 1
+
 
 def _new_figure(figsize):
   """A matplotlib Figure on an Agg canvas (no pyplot, no global backend)."""

@@ -45,9 +45,9 @@ flags.DEFINE_string("add_to", None,
                     "replaces its record); --out defaults to it.")
 config_flags.define_data_flags()
 config_flags.define_overrides(skip=("dataset", "seed"))
-
-
 cli.table_beside_out()
+
+
 _LOCAL_FLAGS = ("--root", "--out", "--data_dir", "--manual_dir")
 
 
