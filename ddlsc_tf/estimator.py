@@ -236,8 +236,9 @@ class DDLSC:
     self.model_, self.result_ = train.run_phases(
         config, images, labels, workdir, verbose=self.verbose,
         pictures=False,  # a temporary workdir would lose them
-        strategy=strategy)
-    self.config_ = config
+        fixed=tuple(self._overrides), strategy=strategy)
+    decided = self.result_.get("decided_from_data")
+    self.config_ = config.replace(**decided["changes"]) if decided else config
     self.cluster_centers_ = self.model_.centroids.numpy()
     self.labels_ = self.predict(images)
 

@@ -123,11 +123,11 @@ def _load_start_weights(model, init_from):
         f"network of this config ({e}).") from e
 
 
-def check_start(config, image_shape, *, init_from=None, build=None):
+def check_start(config, image_shape, *, init_from=None):
   """Builds the network once and loads init_from's weights into it, so a
   network the config cannot build, or a start it cannot take, fails
   before the workdir (and an earlier run in it) is touched."""
-  model = (build or build_model)(config, tuple(image_shape))
+  model = build_model(config, tuple(image_shape))
   if init_from is not None:
     _load_start_weights(model, init_from)
   del model
@@ -143,7 +143,7 @@ def _log_hparams(workdir, config):
 
 
 def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
-                       init_from=None, verbose="auto", build=build_model,
+                       init_from=None, verbose="auto",
                        resume=False, overwrite=False, pictures=True,
                        size_to_data=False, fixed=(), strategy=None,
                        enlarge_by=1):
@@ -157,13 +157,14 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     init_from: a saved .keras model to start from instead of a fresh one.
     verbose: Keras `fit` verbosity; "auto": a progress bar on a terminal,
       one line per epoch when the output goes to a file or pipe.
-    build: (config, input_shape) -> model.
     resume: continue the run in workdir from its last checkpoint (the
       config must be the same); starts afresh when there is none.
     overwrite: delete an earlier run's outputs in workdir first.
     pictures: draw each phase's t-SNE and confusion pictures.
     size_to_data: size the batch to the data (`configs.sized_to_data`),
       but for the fields named in `fixed` (the user's).
+    fixed: the config fields the user set, which neither `size_to_data`
+      nor `decide_from_data` changes.
     strategy: a tf.distribute strategy to train under
       (`distribute.make_strategy`); None: the default, one device. Under
       several workers only the chief writes to workdir.
@@ -198,7 +199,7 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     saved = (checkpoints.load_state(os.path.join(workdir, "checkpoint"))
              if resume else None)
     check_start(config, images.shape[1:],
-                init_from=None if saved else init_from, build=build)
+                init_from=None if saved else init_from)
     refusal = None
     try:
       workdir_lib.prepare_workdir(workdir, config, resume=resume,
@@ -213,8 +214,8 @@ def train_and_evaluate(config, workdir, *, data_dir=None, manual_dir=None,
     # The run keeps one tensor copy of the images; the NumPy one goes.
     images = data.as_tensor(images)
     _, result = run_phases(config, images, labels, workdir,
-                           init_from=init_from, verbose=verbose, build=build,
-                           resume=resume,
+                           init_from=init_from, verbose=verbose,
+                           resume=resume, fixed=fixed,
                            # Another worker's pictures would be dropped.
                            pictures=pictures and distribute.is_chief(strategy),
                            strategy=strategy)
@@ -243,12 +244,13 @@ def _run_phase(model, images, labels, config, run, phase, resume_state):
                                assignments=assignments)
 
 
-def decide_from_data(config, tables, num_examples):
+def decide_from_data(config, tables, num_examples, *, fixed=()):
   """(config, choice): a config that leaves anchor_groups to the data
   (None, the general recipe's) with configs.CHAINS (over
   CHAINS_BALANCED_POINTS images CHAINS_MANY) applied when the images come
-  in chains (`neighbours.Tables.chains`), anchor_groups off when not;
-  choice is result.json's record of it (None when nothing was left)."""
+  in chains (`neighbours.Tables.chains`), anchor_groups off when not,
+  except for the fields named in `fixed` (the user's, which stay); choice
+  is result.json's record of it (None when nothing was left)."""
   if config.anchor_groups is not None:
     return config, None
   chains, why = tables.chains(config.num_clusters)
@@ -257,14 +259,19 @@ def decide_from_data(config, tables, num_examples):
     changes = dict(configs.CHAINS_MANY)
     why += (f"; over {configs.CHAINS_BALANCED_POINTS} images: a spectral "
             f"start and a new partition every iteration, not equal sizes")
-  logging.info("decided from the data: %s (%s)", changes, why)
-  return config.replace(**changes), {"chains": chains, "why": why,
-                                     "changes": changes}
+  kept = sorted(set(changes) & set(fixed))
+  changes = {k: v for k, v in changes.items() if k not in kept}
+  choice = {"chains": chains, "why": why, "changes": changes}
+  if kept:
+    choice["kept_as_set"] = kept
+  logging.info("decided from the data: %s (%s)%s", changes, why,
+               f"; kept as set: {kept}" if kept else "")
+  return config.replace(**changes), choice
 
 
 def run_phases(config, images, labels, workdir, *, init_from=None,
-               verbose="auto", build=build_model, resume=False,
-               pictures=True, strategy=None):
+               verbose="auto", resume=False, pictures=True, fixed=(),
+               strategy=None):
   """`train_and_evaluate` on images already in memory (the estimator's).
 
   Args:
@@ -272,7 +279,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
     images: [N, H, W, C] float32 in [0, 1].
     labels: [N] int labels for ACC/NMI/ARI only, or None.
     workdir: an existing folder for checkpoints and outputs.
-    init_from, verbose, build, resume, pictures, strategy: as
+    init_from, verbose, resume, pictures, fixed, strategy: as
       `train_and_evaluate`.
 
   Returns:
@@ -296,7 +303,7 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
   strategy = strategy or tf.distribute.get_strategy()
   distribute.check_batch(strategy, config.batch_size)
   with strategy.scope():  # its variables mirrored on every replica
-    model = build(config, images.shape[1:])
+    model = build_model(config, images.shape[1:])
   checkpointer = checkpoints.Checkpointer(os.path.join(workdir, "checkpoint"))
   state = checkpointer.load() if resume else None
   if state is None and init_from is not None:
@@ -338,7 +345,8 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
                         data=fingerprint)
   if state is None:
     _log_hparams(workdir, config)
-  config, choice = decide_from_data(config, run.tables, len(images))
+  config, choice = decide_from_data(config, run.tables, len(images),
+                                    fixed=fixed)
   if choice:
     result["decided_from_data"] = choice
   with run.stop_on_sigterm():

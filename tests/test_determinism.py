@@ -48,8 +48,9 @@ def test_same_random_state_gives_identical_fits(twice):
   assert set(a.result_["phases"]) == {"pretrain", "cluster1", "cluster2"}
   assert "acc" in a.result_["final"]
   # The defaults leave anchor groups (and what comes with them) to the data.
-  assert a.config_.anchor_groups is None
-  assert set(a.result_["decided_from_data"]) == {"chains", "why", "changes"}
+  decided = a.result_["decided_from_data"]
+  assert set(decided) == {"chains", "why", "changes"}
+  assert a.config_.anchor_groups is decided["changes"]["anchor_groups"]
   assert _without_seconds(a.result_) == _without_seconds(b.result_)
   weights_a, weights_b = a.model_.get_weights(), b.model_.get_weights()
   assert len(weights_a) == len(weights_b) > 0

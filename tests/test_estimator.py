@@ -138,6 +138,9 @@ def test_fit_refuses_a_bad_random_state(images, random_state):
 def test_fitted_attributes(fitted, images):
   x, _ = images
   assert fitted.config_.seed == 2
+  # config_ is what trained: the data's decision applied, not left open.
+  decided = fitted.result_["decided_from_data"]["changes"]
+  assert fitted.config_.anchor_groups is decided["anchor_groups"]
   assert fitted.labels_.shape == (len(x),)
   assert fitted.labels_.dtype == np.int64
   centres = fitted.cluster_centers_

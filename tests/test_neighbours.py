@@ -227,6 +227,21 @@ def test_the_general_recipe_applies_chains_only_to_chained_data():
       configs.COIL20, None)
 
 
+def test_the_data_never_overrides_a_field_the_user_set():
+  from ddlsc_tf import configs, train  # pylint: disable=import-outside-toplevel
+  chains, _ = _chains_and_scattered()
+  general = configs.GENERAL.replace(num_clusters=2, batch_size=4, knn_k=2,
+                                    batch_neighbours=0, lambda_w=0.05,
+                                    cluster2_iterations=9)
+  config, choice = train.decide_from_data(
+      general, chains, 12, fixed=("lambda_w", "cluster2_iterations", "seed"))
+  assert (config.lambda_w, config.cluster2_iterations) == (0.05, 9)
+  assert config.anchor_groups and config.cluster2_assignment == "balanced"
+  assert choice["kept_as_set"] == ["cluster2_iterations", "lambda_w"]
+  assert "lambda_w" not in choice["changes"]
+  assert config == general.replace(**choice["changes"])
+
+
 def test_above_the_exact_limit_tables_come_from_hnsw(monkeypatch):
   rng = np.random.default_rng(4)
   centres = rng.random((8, 6, 6, 1))

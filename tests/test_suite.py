@@ -128,8 +128,13 @@ def test_the_suite_fits_each_set_and_resumes(tmp_path, tfds_data_dir,
   for record in summary["records"]:
     assert record["num_examples"] == 120
     assert record["config"]["pretrain_epochs"] == 1  # the flags applied
-    # The defaults' choice from the images, with its reason.
-    assert set(record["decided_from_data"]) == {"chains", "why", "changes"}
+    # The defaults' choice from the images, with its reason; the flags'
+    # values stay.
+    decided = record["decided_from_data"]
+    assert set(decided) - {"kept_as_set"} == {"chains", "why", "changes"}
+    assert set(decided.get("kept_as_set", ())) <= {
+        "cluster2_iterations", "cluster1_iterations"}
+    assert record["config"]["cluster2_iterations"] == 1
     for part in ("defaults", "raw_kmeans"):
       assert 0.0 < record[part]["acc"] <= 1.0
   assert summary["records"][1]["image_shape"] == [28, 28, 1]
