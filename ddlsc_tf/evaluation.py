@@ -11,6 +11,7 @@ from sklearn import cluster as sklearn_cluster
 from ddlsc_tf import checkpoints
 from ddlsc_tf import configs
 from ddlsc_tf import data
+from ddlsc_tf import losses
 from ddlsc_tf import metrics
 from ddlsc_tf import model as model_lib
 from ddlsc_tf import partitions
@@ -57,6 +58,14 @@ def evaluate(model, images, labels, config):
     scores.update({f"plain_{k}": v for k, v in
                    metrics.clustering_scores(labels, plain).items()})
   return scores
+
+
+def model_scores(model, images, labels):
+  """ACC/NMI/ARI of the clusters the model itself gives (`DDLSC.serve`,
+  the estimator's `predict`): each image's most similar centroid to
+  z = f(x)."""
+  predicted = losses.assign_clusters(model.embed(images), model.centroids)
+  return metrics.clustering_scores(labels, predicted.numpy())
 
 
 def evaluate_saved(model_path, *, changes=None, data_dir=None,

@@ -17,6 +17,7 @@ from ddlsc_tf import cluster
 from ddlsc_tf import configs
 from ddlsc_tf import data
 from ddlsc_tf import distribute
+from ddlsc_tf import evaluation
 from ddlsc_tf import model as model_lib
 from ddlsc_tf import neighbours
 from ddlsc_tf import partitions
@@ -356,6 +357,12 @@ def run_phases(config, images, labels, workdir, *, init_from=None,
       # config's start on the plain latent (k-means: the partition its
       # evaluation scored, under plain_* when that averages copies).
       cluster.start_partition(model, images, config)
+    if labels is not None:
+      # What the saved model predicts: the last phase's S can be a vote, or
+      # one centroid update (Algorithm 2's last step) away from it.
+      result["final"] = evaluation.model_scores(model, images, labels)
+      checkpoints.write_json_atomic(os.path.join(workdir, "result.json"),
+                                    result)
     # A stop asked for now waits for these writes; the run is then done.
     checkpoints.save_model_atomic(model,
                                   os.path.join(workdir, "model.keras"))
