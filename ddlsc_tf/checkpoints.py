@@ -25,6 +25,7 @@ import keras
 import numpy as np
 
 _TEMP_PREFIX = ".ddlsc-tmp-"  # what remove_temp_files removes
+_OLD_EXPORT_PREFIX = ".ddlsc-old-export-"  # an export moved aside
 
 
 def check_output_path(path, name="output"):
@@ -108,9 +109,15 @@ def write_atomic(path, write, suffix):
 
 
 def remove_temp_files(folder):
-  """Deletes what a killed writer left: temp files and folders of `_atomic`
-  and `export_atomic` (never a finished file)."""
-  for pattern in (_TEMP_PREFIX + "*", ".ddlsc-old-export-*"):
+  """Deletes what a killed writer left: temp files and folders of
+  `write_atomic` and `export_atomic` (never a finished file). An old export
+  moved aside by a writer killed before the new one took its place goes
+  back."""
+  for old in glob.glob(os.path.join(folder, _OLD_EXPORT_PREFIX + "*")):
+    for name in os.listdir(old):
+      if not os.path.exists(os.path.join(folder, name)):
+        os.replace(os.path.join(old, name), os.path.join(folder, name))
+  for pattern in (_TEMP_PREFIX + "*", _OLD_EXPORT_PREFIX + "*"):
     for path in glob.glob(os.path.join(folder, pattern)):
       if os.path.isdir(path):
         shutil.rmtree(path, ignore_errors=True)
@@ -125,14 +132,6 @@ def write_json_atomic(path, payload):
       json.dump(payload, f, indent=2)
       f.write("\n")
   write_atomic(path, write, ".json")
-
-
-def report_json(payload, out=None):
-  """Prints payload as indented JSON and, when `out` is a path, writes it
-  there too (atomically): the experiment scripts' result output."""
-  print(json.dumps(payload, indent=2))
-  if out:
-    write_json_atomic(out, payload)
 
 
 def write_text_atomic(path, text):
@@ -193,17 +192,21 @@ def export_atomic(model, folder):
   """`model.export(folder)` (a SavedModel folder) through a temp folder."""
   parent = os.path.dirname(os.path.abspath(folder))
   tmp = tempfile.mkdtemp(dir=parent, prefix=".ddlsc-tmp-export-")
-  old = None
+  old = moved = None
   try:
     with _tensorflow_info_off():
       model.export(tmp, verbose=False)
     os.chmod(tmp, 0o755)  # mkdtemp makes it private
     if os.path.exists(folder):
-      old = tempfile.mkdtemp(dir=parent, prefix=".ddlsc-old-export-")
-      os.replace(folder, os.path.join(old, "export"))
+      old = tempfile.mkdtemp(dir=parent, prefix=_OLD_EXPORT_PREFIX)
+      moved = os.path.join(old, os.path.basename(os.path.abspath(folder)))
+      os.replace(folder, moved)
     os.replace(tmp, folder)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
+    if moved is not None and os.path.exists(moved) and not os.path.exists(
+        folder):
+      os.replace(moved, folder)  # the old export back in place
     raise
   finally:
     if old is not None:

@@ -27,7 +27,7 @@ def main(argv):
   config = config_flags.resolve(configs.get_preset(FLAGS.dataset))
   result = evaluation.raw_kmeans_baseline(config, data_dir=FLAGS.data_dir,
                                           manual_dir=FLAGS.manual_dir)
-  checkpoints.report_json(result, FLAGS.out)
+  cli.report_json(result, FLAGS.out)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 for an error a user can fix (the traceback with --traceback or
 DDLSC_TRACEBACK=1), and exit status 143 for a run stopped by SIGTERM."""
 
+import json
 import os
 import sys
 
@@ -20,6 +21,14 @@ flags.DEFINE_bool("traceback", False,
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError,
                NotADirectoryError, IsADirectoryError, PermissionError,
                ConnectionError, workdir.WorkdirInUseError)
+
+
+def report_json(payload, out=None):
+  """Prints payload as indented JSON and, when `out` is a path, writes it
+  there too (atomically): the scripts' result output."""
+  print(json.dumps(payload, indent=2))
+  if out:
+    checkpoints.write_json_atomic(out, payload)
 
 
 def run(main):

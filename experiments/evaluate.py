@@ -30,7 +30,7 @@ def main(argv):
   result = evaluation.evaluate_saved(
       FLAGS.model, changes=config_flags.changes(), data_dir=FLAGS.data_dir,
       manual_dir=FLAGS.manual_dir)
-  checkpoints.report_json(result, FLAGS.out)
+  cli.report_json(result, FLAGS.out)
 
 
 if __name__ == "__main__":

@@ -38,10 +38,11 @@ def test_writes_to_a_missing_folder_or_onto_a_folder_name_the_path(tmp_path):
 
 
 def test_report_json_prints_and_writes_only_when_asked(tmp_path, capsys):
-  checkpoints.report_json({"acc": 0.5})
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  cli.report_json({"acc": 0.5})
   assert json.loads(capsys.readouterr().out) == {"acc": 0.5}
   assert not os.listdir(tmp_path)
-  checkpoints.report_json({"acc": 0.25}, str(tmp_path / "r.json"))
+  cli.report_json({"acc": 0.25}, str(tmp_path / "r.json"))
   assert json.loads(capsys.readouterr().out) == {"acc": 0.25}
   assert json.loads((tmp_path / "r.json").read_text()) == {"acc": 0.25}
   assert os.listdir(tmp_path) == ["r.json"]
@@ -53,6 +54,34 @@ def test_leftovers_of_a_killed_writer_are_removed(tmp_path):
   (tmp_path / "result.json").write_text("{}")
   checkpoints.remove_temp_files(str(tmp_path))
   assert sorted(os.listdir(tmp_path)) == ["result.json"]
+
+
+def test_an_export_moved_aside_by_a_killed_writer_goes_back(tmp_path):
+  old = tmp_path / ".ddlsc-old-export-x"
+  (old / "export").mkdir(parents=True)
+  (old / "export" / "saved_model.pb").write_text("old")
+  checkpoints.remove_temp_files(str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == ["export"]
+  assert (tmp_path / "export" / "saved_model.pb").read_text() == "old"
+
+
+def test_a_failed_export_keeps_the_old_one(tmp_path, monkeypatch):
+  model = train.build_model(configs.TINY, (28, 28, 1))
+  folder = tmp_path / "export"
+  folder.mkdir()
+  (folder / "saved_model.pb").write_text("old")
+  replace = os.replace
+
+  def failing_replace(src, dst):
+    if "tmp-export" in str(src):  # the new export's rename into place
+      raise OSError("disk full")
+    replace(src, dst)
+
+  monkeypatch.setattr(os, "replace", failing_replace)
+  with pytest.raises(OSError, match="disk full"):
+    checkpoints.export_atomic(model, str(folder))
+  assert sorted(os.listdir(tmp_path)) == ["export"]
+  assert (folder / "saved_model.pb").read_text() == "old"
 
 
 def test_checkpoint_round_trip_keeps_only_the_latest(tmp_path):
