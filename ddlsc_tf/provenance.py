@@ -77,14 +77,14 @@ def environment():
 
 def commit():
   """The short git commit of the source tree ("+": ddlsc_tf/ or
-  experiments/ has uncommitted changes), or None outside a checkout."""
+  experiments/ has uncommitted changes or files git does not know), or None outside a checkout."""
   folder = os.path.dirname(os.path.abspath(__file__))
   try:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder,
                           capture_output=True, text=True, check=True,
                           timeout=10).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain",
-                            "--untracked-files=no", "--", "ddlsc_tf",
+                            "--untracked-files=normal", "--", "ddlsc_tf",
                             "experiments"],
                            cwd=os.path.dirname(folder), capture_output=True,
                            text=True, check=True, timeout=10).stdout.strip()

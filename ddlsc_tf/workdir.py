@@ -73,8 +73,8 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
 
   Raises:
     FileExistsError: workdir holds a run and neither resume nor overwrite.
-    ValueError: resume with a different config, or overwrite would delete
-      the model init_from names.
+    ValueError: resume with a different config (or none saved), or
+      overwrite would delete the model init_from names.
   """
   check_workdir(workdir)
   if resume and overwrite:
@@ -92,7 +92,12 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
     for name in found:
       path = os.path.join(workdir, name)
       (shutil.rmtree if os.path.isdir(path) else os.remove)(path)
-  elif found and resume and os.path.exists(config_path):
+  elif found and resume and not os.path.exists(config_path):
+    raise ValueError(
+        f"cannot resume the run in {workdir}: it holds {', '.join(found)} "
+        f"but no config.json, so its settings cannot be checked; overwrite "
+        f"it, or use another workdir.")
+  elif found and resume:
     differ = config_differences(workdir, config)
     if differ:
       raise ValueError(

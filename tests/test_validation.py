@@ -216,6 +216,12 @@ def test_workdir_with_another_run_is_refused(tmp_path):
   with pytest.raises(ValueError, match="exclude each other"):
     workdir_lib.prepare_workdir(str(tmp_path), config,
                                 resume=True, overwrite=True)
+  # Outputs without the config that made them cannot be checked.
+  os.remove(tmp_path / "config.json")
+  with pytest.raises(ValueError, match="result.json but no config.json"):
+    workdir_lib.prepare_workdir(str(tmp_path), config,
+                                resume=True, overwrite=False)
+  assert not (tmp_path / "config.json").exists()
   # --overwrite removes the earlier run's outputs and nothing else.
   (tmp_path / "notes.txt").write_text("mine")
   workdir_lib.prepare_workdir(str(tmp_path), config.replace(knn_k=4),
