@@ -18,6 +18,17 @@ def check_rank(name, tensor, rank):
         f"{name} must have rank {rank}, got shape {tuple(shape)}.")
 
 
+def check_pair_mask(name, mask, z):
+  """A [B, B] mask over the B rows of z (where the shapes are known)."""
+  check_rank(name, mask, 2)
+  rows = tf.TensorShape(z.shape)[0]
+  for size in tf.TensorShape(mask.shape):
+    if size is not None and rows is not None and size != rows:
+      raise ValueError(
+          f"{name} must be [B, B] for the B = {rows} rows of z, got shape "
+          f"{tuple(tf.TensorShape(mask.shape))}.")
+
+
 def normalize_rows(z):
   """Row-wise L2 normalisation, z̃_i = z_i / ‖z_i‖ (section 3.1).
 
@@ -66,7 +77,7 @@ def discriminative_loss(*, z, anchors, alpha, anchor_power=1.0):
     Scalar float.
   """
   check_rank("z", z, 2)
-  check_rank("anchors", anchors, 2)
+  check_pair_mask("anchors", anchors, z)
   anchor_power = float(anchor_power)
   if not anchor_power >= 1.0:
     raise ValueError(f"anchor_power must be >= 1, got {anchor_power}.")
@@ -125,7 +136,7 @@ def group_mean_push_loss(*, z, groups):
   means = normalize_rows(
       tf.math.unsorted_segment_sum(normalize_rows(z), ids, num))
   c = tf.matmul(means, means, transpose_b=True)
-  c = tf.where(tf.eye(num, dtype=tf.bool), tf.fill(tf.shape(c), -2.0), c)
+  c = tf.where(tf.eye(num, dtype=tf.bool), tf.fill(tf.shape(c), tf.constant(-2.0, c.dtype)), c)
   worst = tf.reduce_max(c, axis=1)
   return tf.where(num > 1, tf.reduce_mean(worst), tf.zeros_like(worst[0]))
 

@@ -1,5 +1,7 @@
 """Loss functions against plain NumPy references, eagerly and in-graph."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -213,9 +215,22 @@ def test_shape_errors_name_the_shapes():
                      match=r"^z must have rank 2, got shape \(2, 3, 4\)\.$"):
     losses.check_rank("z", np.zeros((2, 3, 4)), 2)
   losses.check_rank("z", tf.zeros([2, 3]), 2)  # the right rank passes
+  # An anchor mask for another batch would be gathered from silently.
+  with pytest.raises(ValueError, match=re.escape(
+      "anchors must be [B, B] for the B = 12 rows of z, got shape (6, 6).")):
+    losses.discriminative_loss(z=tf.ones([12, 3]), anchors=tf.zeros([6, 6]),
+                               alpha=0.1)
   # An unknown rank cannot be checked before the graph runs; it passes.
   tf.function(lambda z: losses.check_rank("z", z, 2)).get_concrete_function(
       tf.TensorSpec(None))
+
+
+def test_group_mean_push_keeps_float64():
+  z = tf.constant(np.eye(3, 4) + 0.1, tf.float64)
+  loss = losses.group_mean_push_loss(z=z, groups=tf.constant([0, 1, 2]))
+  assert loss.dtype == tf.float64
+  np.testing.assert_allclose(
+      loss.numpy(), _group_mean_push_reference(z.numpy(), np.arange(3)))
 
 
 def _group_mean_push_reference(z, groups):
