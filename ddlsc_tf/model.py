@@ -49,8 +49,6 @@ class DDLSC(keras.Model):
     phase: which train step `fit` runs; one of `PHASES`.
   """
 
-  PHASES = PHASES
-
   def __init__(self, input_shape, *, encoder_filters, paddings,
                decoder_filters, pools=None, num_clusters=None, pretrain=None,
                stage1=None, stage2=None, augment=(), seed=0,

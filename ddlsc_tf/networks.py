@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 
-KERNEL_SIZE = 3  # every conv is 3x3 (section 4)
+KERNEL_SIZE = 3  # every conv is 3x3 (ours: the paper gives no size)
 
 
 def _all_pools(pools, filters):
@@ -37,12 +37,13 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
   The fused kernel is fast only where the channels are a multiple of 4
   (MNIST's 8 and 4, COIL-100's 20); with other counts (MNIST's 15, COIL's
   17 and 6) it took about twice Keras' own time, so those use Keras' code.
-  Inference, synchronized statistics (several replicas), other ranks and
-  other axes use Keras' own code too.
+  Inference, a frozen layer (trainable False), synchronized statistics
+  (several replicas), other ranks and other axes use Keras' own code too.
   """
 
   def call(self, inputs, training=None, mask=None):
-    if (not training or self.synchronized or len(inputs.shape) != 4
+    if (not training or not self.trainable or self.synchronized
+        or len(inputs.shape) != 4
         or self.axis not in (-1, 3)
         or self.gamma is None or self.beta is None
         or inputs.shape[-1] is None or inputs.shape[-1] % 4):
@@ -157,13 +158,6 @@ def _encoder_shapes(input_shape, filters, paddings, pools):
           f"pools={pools} shrinks input {input_shape} below 1x1.")
     sizes.append((h, w))
   return sizes
-
-
-def latent_dim(input_shape, *, filters, paddings, pools=None):
-  """Size d of the flattened latent for an input [H, W, C]."""
-  h, w = _encoder_shapes(input_shape, filters, paddings,
-                         _all_pools(pools, filters))[-1]
-  return h * w * filters[-1]
 
 
 def build_encoder(input_shape, *, filters, paddings, pools=None,

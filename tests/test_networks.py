@@ -56,9 +56,11 @@ def test_pools_of_the_wrong_length_are_rejected():
 
 def test_latent_dim_follows_the_pools():
   kwargs = dict(filters=(4, 4, 6), paddings=("same", "valid", "valid"))
-  assert networks.latent_dim((32, 32, 1), pools=(True, True, False),
-                             **kwargs) == 5 * 5 * 6
-  assert networks.latent_dim((32, 32, 1), **kwargs) == 2 * 2 * 6
+  pooled_twice = networks.build_encoder((32, 32, 1),
+                                        pools=(True, True, False), **kwargs)
+  assert pooled_twice.output.shape[1:] == (5 * 5 * 6,)
+  pooled_thrice = networks.build_encoder((32, 32, 1), **kwargs)
+  assert pooled_thrice.output.shape[1:] == (2 * 2 * 6,)
 
 
 @pytest.mark.parametrize("channels, fused_kernel", [(8, True), (5, False)])
@@ -91,6 +93,22 @@ def test_fused_batch_norm_matches_keras(channels, fused_kernel):
                                atol=1e-4)
   assert "FusedBatchNormalization" in str(keras.saving.serialize_keras_object(
       fused))
+
+
+def test_a_frozen_fused_batch_norm_keeps_its_statistics():
+  """trainable=False in training mode normalises by the moving statistics
+  and leaves them alone, as Keras' layer does."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  x = tf.random.stateless_uniform((64, 7, 7, 8), seed=[0, 1]) * 3 + 1
+  outputs = []
+  for layer in (networks.FusedBatchNormalization(),
+                keras.layers.BatchNormalization()):
+    layer.build(x.shape)
+    layer.trainable = False
+    outputs.append([layer(x, training=True), layer.moving_mean])
+  for a, b in zip(*outputs):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(outputs[0][1]), 0.0)
 
 
 @pytest.mark.parametrize("in_size, out_size, activation", [
