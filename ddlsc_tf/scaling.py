@@ -3,9 +3,10 @@
 `augment.enlarge` makes a set for scale only: the images, then rounds
 of random affine copies of them. `costs` times each whole-data step of a run
 on one set: the neighbour tables, one pre-training epoch, the clustering
-start (embedding and k-means, and COIL-100's spectral start on the same
-latent) and one stage-II iteration with the vote on the latent's
-neighbours too (a run's costliest kind). `scale_table` runs `costs` at
+start (embedding and the config's start, k-means unless it names the
+spectral one, and COIL-100's spectral start on the same latent) and one
+stage-II iteration with the vote on the latent's neighbours too, its S the
+nearest centroid whatever the config's assignment. `scale_table` runs `costs` at
 several sizes, each in a fresh process so that each peak memory is that
 size's own.
 """

@@ -31,7 +31,10 @@ flags.DEFINE_string("dataset", "mnist",
                     "The preset and its data: mnist, coil20, coil100, tiny, "
                     "or folder:PATH.")
 config_flags.define_data_flags()
-flags.DEFINE_integer("repeats", 10, "Timed repeats per step (median).")
+flags.DEFINE_integer("repeats", 10,
+                     "Timed repeats of each clustering step (median); the "
+                     "pre-training and reconstruction-only steps take three "
+                     "times as many.")
 flags.DEFINE_list("scales", [],
                   "Also time the whole-data steps on the images enlarged by "
                   "each of these factors (ints), e.g. 1,4,16.")
@@ -79,7 +82,7 @@ def main(argv):
            f"{result['pretrain_epoch_seconds']:.1f} s"),
           ("evaluation (embed + k-means + scores)",
            f"{result['eval_seconds']:.1f} s"),
-          ("whole-data neighbour tables (k and the vote's)",
+          ("whole-data neighbour tables (k, and the vote's if it votes)",
            f"{result['tables_seconds']:.1f} s"),
           (f"t-SNE picture ({min(len(images), pictures.TSNE_POINTS):,} "
            f"points)", f"{result['tsne_seconds']:.1f} s"),

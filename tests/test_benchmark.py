@@ -13,7 +13,8 @@ def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs,
                                                            monkeypatch):
   images, labels = make_blobs()
   config = configs.TINY.replace(batch_size=32, knn_k=3, batch_neighbours=1)
-  # The epoch is timed through a run's own (neighbour-grouped) batches.
+  # The steps and the epoch are timed on a run's own (neighbour-grouped)
+  # batches.
   batched = []
   batches = pretrain.batches
   monkeypatch.setattr(pretrain, "batches", lambda *a, **kw: batched.append(
@@ -26,7 +27,7 @@ def test_benchmark_reports_every_key_and_checks_the_losses(make_blobs,
               "pretrain_step_flops", "pretrain_flops_per_s",
               "matmul_flops_per_s", "tables_seconds", "tsne_seconds"):
     assert np.isfinite(result[key]) and result[key] > 0, key
-  assert batched == [(len(images), config.knn_k)]
+  assert batched == [(len(images), config.knn_k)] * 2
   assert np.isclose(result["pretrain_over_recon_time"],
                     result["recon_only_examples_per_s"]
                     / result["pretrain_examples_per_s"])
