@@ -4,7 +4,7 @@ Start: centroids μ from a partition of the pre-trained latent (k-means, or
 spectral clustering). Then each outer iteration of a stage:
 
   1. S: each image's cluster, from the whole latent (by the stage's
-     `Assignment` strategy; the paper's is the nearest centroid);
+     `Assignment` rule; the paper's is the nearest centroid);
   2. μ: each cluster's normalised mean (eq. 7's maximiser for fixed S);
   3. L_c (eq. 7) and the scores; stop when L_c moves less than the
      tolerance, or after the stage's iterations;
@@ -172,11 +172,11 @@ class Refresh(Assignment):
     return super().choose(z, iteration)
 
   def scored_as(self, iteration):
-    return "held_partition"
+    return "refreshed_partition"
 
 
 def assignment(model, images, config, run, phase):
-  """The stage's S strategy, picked once from the config."""
+  """The stage's rule for S, picked once from the config."""
   if phase == "cluster1":
     kind = Held if config.cluster_init == "spectral" else Assignment
   else:
@@ -221,11 +221,11 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
   steps_per_epoch = len(images) // c.batch_size
   epochs_per_iteration = max(EPOCHS_PER_ITERATION,
                              -(-c.min_steps_per_iteration // steps_per_epoch))
-  strategy = assignment(model, images, c, run, phase)
-  if resume_state is None and strategy.needs_start():
-    strategy.start()
+  rule = assignment(model, images, c, run, phase)
+  if resume_state is None and rule.needs_start():
+    rule.start()
   elif resume_state is not None:
-    strategy.resume(assignments)
+    rule.resume(assignments)
   tensorboard = keras.callbacks.TensorBoard(log_dir=run.tensorboard_dir(phase),
                                             write_graph=False)
   writer = tf.summary.create_file_writer(run.tensorboard_dir(phase, "eval"))
@@ -250,7 +250,7 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
         model.lambda_d.assign(lambda_d(c, iteration, iterations))
       if not pending:
         z = evaluation.embed(model, images, c, phase=phase)
-        assignments = strategy.choose(z, iteration)          # S
+        assignments = rule.choose(z, iteration)              # S
         model.centroids.assign(losses.update_centroids(     # μ
             z, assignments, model.centroids))
         l_c = float(losses.clustering_objective(
@@ -266,7 +266,7 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
         with writer.as_default(step=epoch):
           for key in ("l_c", *scores):
             tf.summary.scalar(f"eval/{key}", history[-1][key])
-        converged = (previous_l_c is not None and not strategy.refreshes
+        converged = (previous_l_c is not None and not rule.refreshes
                      and abs(l_c - previous_l_c) < tolerance)
         if iteration == iterations or converged:
           break
@@ -292,7 +292,7 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
   finally:
     writer.close()
   result = pretrain_lib.phase_result(history, epoch, time.time() - start)
-  key = strategy.scored_as(history[-1]["iteration"])
+  key = rule.scored_as(history[-1]["iteration"])
   if key is not None and labels is not None:
     predicted = losses.assign_clusters(
         evaluation.embed(model, images, c, phase=phase),

@@ -469,7 +469,7 @@ def test_stage_two_refresh_trains_every_iteration_on_a_new_partition(
   assert len(stage["history"]) == 3
   assert [h["acc"] for h in stage["history"]] == pytest.approx(
       [metrics.cluster_accuracy(labels, p) for p in seen.partitions[2:]])
-  assert stage["held_partition"]["acc"] == pytest.approx(
+  assert stage["refreshed_partition"]["acc"] == pytest.approx(
       metrics.cluster_accuracy(labels, seen[-1]))
 
 
