@@ -47,7 +47,7 @@ class Config:
   pretrain_loss: str = "discriminative"  # PRETRAIN_LOSSES
   knn_k: int = 10                     # ours: per-batch kNN graph's k
   anchor_fraction: float = 0.3        # ours: kNN pairs kept as anchors
-  anchor_selection: str = "similarity"  # or "rank": see losses.anchor_mask
+  anchor_selection: str = "similarity"  # or "rank": see anchors.anchor_mask
   anchor_power: float = 1.0           # q of the anchor pull (1 - C)^q
   lambda_r: float = 1e-3              # λ of eq. 6 (section 4.2)
   batch_neighbours: int = 0           # m neighbours drawn per batch seed
@@ -305,7 +305,7 @@ def from_saved(saved):
 # The estimator's recipe for images no preset names (ours, chosen on the
 # development suite `ddlsc_tf.suite`): MNIST's, for any image size, with
 # batch-norm statistics recalibrated, anchor groups left to the data and a
-# shorter stage II (6 iterations, the latent vote from the third);
+# shorter stage II (6 iterations, the latent vote from iteration 3 on);
 # `for_images` sizes the last layer and the pre-training budget to the data.
 GENERAL = MNIST.replace(
     dataset="array", paddings=("same", "same", "same"), embed_copies=0,
@@ -314,7 +314,8 @@ GENERAL = MNIST.replace(
 # What GENERAL adds for images that come in chains (`neighbours.Tables.
 # chains`): objects seen from every side, as COIL-20's preset does, with
 # the paper's linear pull on 30% of the kNN pairs and its stage II (eq. 11,
-# 5 iterations to tolerance); the equal-size S only up to
+# 5 iterations to tolerance; the latent vote only on the last S, whose
+# means are the saved centroids); the equal-size S only up to
 # CHAINS_BALANCED_POINTS images, since its exact assignment grows as N^3
 # (250 s an iteration at 7,200 images).
 CHAINS = dict(anchor_groups=True, cluster2_assignment="balanced",

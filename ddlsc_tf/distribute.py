@@ -16,7 +16,7 @@ Cost per step and replica: memory for the global batch's pixels (the kNN
 graph), latents and [B, B] similarity matrix, as on one device; traffic:
 all-reduces of B rows of pixels and of latents (twice with the copies;
 B x 60 floats for MNIST), the batch norms' moments and the gradients
-(3,348 floats for MNIST's network).
+(3,262 floats for MNIST's network).
 
 With several machines (`multi_worker`) every worker runs the same command
 and computes the same whole-data steps (tables, k-means, votes) from the

@@ -9,7 +9,8 @@ from ddlsc_tf import configs
 
 @dataclasses.dataclass(frozen=True)
 class PretrainLoss:
-  """Eq. 6, L_d + λ L_r, and the anchors that L_d (also stage I's) uses."""
+  """Eq. 6, L_d + λ L_r, and the anchors that L_d uses (stage I's L_d too,
+  with its kNN and copy anchors but not the anchor groups)."""
   objective: str = "discriminative"    # or "reconstruction": L_r alone
   knn_k: int = 10                      # the per-batch kNN graph's k
   anchor_fraction: float = 0.3         # kNN pairs kept as anchors

@@ -59,8 +59,9 @@ def neighbour_table(images, *, k, chunk=250, shift=0,
 
   The same similarity as the per-batch kNN graph (`anchors.knn_graph`),
   over all N images, [chunk, N] at a time: the extra memory is two
-  [chunk, N] float32 blocks (MNIST: 140 MB). On another machine or thread
-  count, near-ties may order a row differently.
+  [chunk, N] float32 blocks (MNIST: 140 MB). Above EXACT_MAX_IMAGES the
+  table comes from an approximate HNSW graph instead (`chunk` unused). On
+  another machine or thread count, near-ties may order a row differently.
 
   Args:
     images: [N, H, W, C] float32, NumPy or a tensor.

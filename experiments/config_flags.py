@@ -74,8 +74,8 @@ HELP = {
                                "iteration, at least (at least 2 epochs).",
     "cluster_tolerance": "Stop a stage when L_c moves less than this between "
                          "iterations.",
-    "cluster2_tolerance": "Stage II's tolerance; unset: cluster_tolerance; 0 "
-                          "runs every iteration.",
+    "cluster2_tolerance": "Stage II's tolerance (where the preset has none: "
+                          "cluster_tolerance); 0 runs every iteration.",
     "lambda_d": "Stage I's weight λ_d of L_d at the first iteration, "
                 "decreased linearly to 1 (eq. 8).",
     "lambda_w": "Stage II's weight λ_w of the within-cluster term L_w "
@@ -85,16 +85,17 @@ HELP = {
     "softmax_scale": "Above 0, the stages fit S by a softmax over the "
                      "centroids at this scale instead of L_c; 0 is the "
                      "paper's.",
-    "cluster2_softmax_scale": "Stage II's softmax scale; unset: "
-                              "softmax_scale.",
+    "cluster2_softmax_scale": "Stage II's softmax scale (where the preset "
+                              "has none: softmax_scale).",
     "cluster_init": "The clustering phase's start partition: kmeans or "
                     "spectral.",
     "cluster2_assignment": "How stage II chooses S: nearest (centroid, the "
                            "paper's), balanced (equal sizes) or refresh (a "
                            "new partition each iteration).",
     "vote_rounds": "Rounds of the kNN vote that smooths every S; 0: none.",
-    "vote_latent_from": "From this stage II iteration on, the vote also "
-                        "uses the latent's neighbours; unset: never.",
+    "vote_latent_from": "From this stage II iteration on (0: its start), "
+                        "the vote also uses the latent's neighbours (where "
+                        "the preset has none: never).",
     "eval_every": "Pre-training epochs between two scores of the latent.",
     "embed_copies": "Pre-training's scores average the latent over this "
                     "many affine copies (0: the plain latent).",
