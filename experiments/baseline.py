@@ -17,7 +17,9 @@ flags.DEFINE_string("dataset", "mnist",
                     "or folder:PATH.")
 config_flags.define_data_flags()
 flags.DEFINE_string("out", None, "Optional JSON output path.")
-config_flags.define_overrides()  # --seed (k-means' random state), ...
+# The fields raw-pixel k-means reads: --seed is its random state.
+config_flags.define_overrides(only=("num_clusters", "seed", "max_examples",
+                                    "image_size", "channels"))
 
 
 def main(argv):

@@ -102,10 +102,11 @@ HELP = {
 }
 
 
-def define_overrides(skip=("dataset",)):
-  """Defines a flag (default None) for every Config field not in `skip`."""
+def define_overrides(skip=("dataset",), only=None):
+  """Defines a flag (default None) for every Config field not in `skip`
+  (and, given `only`, in it: the fields a script reads)."""
   for field in dataclasses.fields(configs.Config):
-    if field.name in skip:
+    if field.name in skip or (only is not None and field.name not in only):
       continue
     help_ = HELP[field.name]
     kind = typing.get_args(field.type) or (field.type,)  # Optional[X] → X
