@@ -58,3 +58,25 @@ def test_benchmark_refuses_what_it_cannot_measure(make_blobs, labelled,
   with pytest.raises(ValueError, match=message):
     benchmark.run_benchmark(config, images, labels if labelled else None,
                             warmup=1, repeats=repeats, eval_repeats=1)
+
+
+def test_steps_are_timed_on_a_batch_with_the_runs_anchor_groups(
+    make_blobs, monkeypatch):
+  # COIL-100's step needs its batches' groups; (images, labels) alone fail.
+  images, labels = make_blobs()
+  config = configs.TINY.replace(batch_size=32, knn_k=3, batch_neighbours=0,
+                                anchor_groups=True, lambda_g=1.0)
+  seen = []
+
+  class Timed(Exception):
+    pass
+
+  def runner(model, batch):
+    seen.append(len(batch))
+    raise Timed
+
+  monkeypatch.setattr(benchmark, "_step_runner", runner)
+  with pytest.raises(Timed):
+    benchmark.run_benchmark(config, images, labels, warmup=1, repeats=1,
+                            eval_repeats=1)
+  assert seen == [3]  # images, labels and their anchor groups
