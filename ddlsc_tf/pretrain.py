@@ -28,7 +28,8 @@ class EvaluationCallback(keras.callbacks.Callback):
   """Every `eval_every` epochs scores the latent into the epoch logs, so the
   TensorBoard callback after it records them, and keeps a history: before
   the last epoch a progress score (PROGRESS_IMAGES, no copies), after it
-  `evaluation.evaluate` of the whole data. `history` and `seconds_before`
+  `evaluation.evaluate` of the whole data; each entry says how many images
+  it scored and how many copies their latent averaged. `history` and `seconds_before`
   carry a resumed phase's earlier part."""
 
   def __init__(self, images, labels, config, *, epochs, history=(),
@@ -58,14 +59,14 @@ class EvaluationCallback(keras.callbacks.Callback):
     if self.labels is None or (done % self.config.eval_every and not last):
       return
     seconds = self.seconds()
-    if last:
-      scores = evaluation.evaluate(self.model, self.images, self.labels,
-                                   self.config)
-    else:
-      scores = evaluation.evaluate(self.model, *self._progress,
-                                   self.config.replace(embed_copies=0))
+    images, labels, config = ((self.images, self.labels, self.config) if last
+                              else (*self._progress,
+                                    self.config.replace(embed_copies=0)))
+    scores = evaluation.evaluate(self.model, images, labels, config)
+    # Which measure: the progress scores and the last one differ in both.
     self.history.append({"epoch": done, "seconds": round(seconds, 2),
-                         **scores})
+                         "images": int(len(labels)),
+                         "copies": config.embed_copies, **scores})
     plain = ("" if "plain_acc" not in scores else
              " (plain latent: acc=%.4f nmi=%.4f ari=%.4f)" % tuple(
                  scores[f"plain_{k}"] for k in ("acc", "nmi", "ari")))
