@@ -1,5 +1,7 @@
 """Image folders and .npy arrays: layout, order, conversions, and errors."""
 
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -169,12 +171,24 @@ def test_hidden_and_system_folders_are_ignored(tmp_path):
   assert loaded.class_names == ["cat", "dog"]
 
 
-def test_images_in_a_single_sub_folder_are_unlabelled(tmp_path):
-  _write(tmp_path / "photos" / "1.png", _gray(4, 4))
-  _write(tmp_path / "photos" / "2.png", _gray(4, 4))
-  loaded = image_folder.load_image_folder(tmp_path)
-  assert loaded.file_names == ["photos/1.png", "photos/2.png"]
-  assert loaded.labels is None and loaded.class_names is None
+def test_images_enlarged_over_4x_are_warned_of(tmp_path, caplog):
+  _write(tmp_path / "images" / "tiny.png", _gray(4, 4))
+  _write(tmp_path / "images" / "fine.png", _gray(8, 8))  # 4x: no warning
+  np.save(tmp_path / "arrays.npy", np.zeros((2, 7, 8), np.uint8))
+
+  def warnings(path, size):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+      image_folder.load_images_from_path(str(path), image_size=size)
+    return [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING]
+
+  found = warnings(tmp_path / "images", (32, 32))
+  assert len(found) == 1 and "1 image(s)" in found[0], found
+  assert "tiny.png" in found[0] and "32x32" in found[0]
+  assert warnings(tmp_path / "images", (16, 16)) == []
+  found = warnings(tmp_path / "arrays.npy", (32, 32))
+  assert len(found) == 1 and "2 image(s)" in found[0], found
 
 
 @pytest.mark.parametrize("options,bad", [

@@ -77,20 +77,6 @@ def test_fitted_model_has_recalibrated_batch_norm(fitted, blob_images):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_params_round_trip():
-  estimator = DDLSC(n_clusters=5, batch_size=32)
-  params = estimator.get_params()
-  assert params == {"n_clusters": 5, "preset": None, "random_state": 0,
-                    "workdir": None, "verbose": 0, "strategy": "default",
-                    "batch_size": 32}
-  estimator.set_params(n_clusters=7, lambda_r=0.2)
-  assert estimator.get_params()["n_clusters"] == 7
-  assert estimator.get_params()["lambda_r"] == 0.2
-  assert "lambda_r=0.2" in repr(estimator)
-  assert estimator.set_params(random_state=3) is estimator
-  assert estimator.get_params()["random_state"] == 3
-
-
 def test_fit_without_labels_and_rank3_float_input():
   x = np.random.default_rng(0).random((40, 12, 12)).astype(np.float32)
   labels = DDLSC(n_clusters=3, **QUICK).fit_predict(x)
