@@ -75,6 +75,17 @@ def add_records(path, records, key):
   return sorted(kept + list(records), key=lambda r: tuple(r[k] for k in key))
 
 
+def check_summary_paths(out, add_to):
+  """Before any run: an --add_to that is not a file, or a given --out (or
+  --add_to, written when --out is not given) that cannot be written, fails
+  now rather than after hours of runs."""
+  if add_to and not os.path.isfile(add_to):
+    raise FileNotFoundError(f"--add_to {add_to} is not a file.")
+  if out or add_to:
+    checkpoints.check_output_path(out or add_to,
+                                  "--out" if out else "--add_to")
+
+
 def table_beside_out():
   """Refuses an --out ending in .md before any work: write_summary puts the
   Markdown table beside the JSON under that name."""

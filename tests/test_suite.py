@@ -181,3 +181,20 @@ def test_an_out_ending_in_md_is_refused_before_any_work(tmp_path, script):
   assert done.returncode != 0
   assert "give --out another extension" in done.stderr
   assert not out.exists()
+
+
+@pytest.mark.parametrize("script", ["suite --sets=digits_24",
+                                    "ablation --dataset=mnist_test"])
+@pytest.mark.parametrize("flag, message", [
+    ("--out=/nonexistent-folder/s.json", "does not exist"),
+    ("--add_to=/nonexistent-folder/s.json", "is not a file")])
+def test_a_summary_path_that_cannot_be_used_fails_before_any_run(
+    tmp_path, script, flag, message):
+  name, *args = script.split()
+  done = subprocess.run(
+      [sys.executable, "-m", f"experiments.{name}", *args, "--seeds=0",
+       flag, f"--root={tmp_path}"], cwd=REPO, capture_output=True,
+      text=True, timeout=300)
+  assert done.returncode == 1, done.stderr[-3000:]
+  assert message in done.stderr.splitlines()[-1]
+  assert os.listdir(tmp_path) == []  # no run began
