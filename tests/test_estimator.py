@@ -158,7 +158,10 @@ def test_random_state_none_is_seed_zero(images):
   x, _ = images
   overrides = dict(TINY, phases=("pretrain",))
   a = DDLSC(n_clusters=4, random_state=None, **overrides).fit(x)
-  b = DDLSC(n_clusters=4, random_state=0, **overrides).fit(x)
+  b = DDLSC(n_clusters=4, random_state=0, **overrides)
+  z = b.fit_transform(x)  # fit, then the latent of the same images
+  np.testing.assert_array_equal(z, b.transform(x))
+  assert z.shape == (len(x), b.model_.latent_dim)
   assert a.config_.seed == 0
   for wa, wb in zip(a.model_.get_weights(), b.model_.get_weights(),
                     strict=True):
