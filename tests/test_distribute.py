@@ -70,6 +70,19 @@ def test_the_estimator_refuses_an_unknown_strategy_before_training():
     estimator.DDLSC(n_clusters=2, strategy="multi_worker").fit(images)
 
 
+def test_the_estimator_fits_and_predicts_under_mirrored():
+  from conftest import blobs  # pylint: disable=import-outside-toplevel
+  x, _ = blobs(n=64, num_classes=4, seed=1)
+  fitted = estimator.DDLSC(
+      n_clusters=4, strategy="mirrored", pretrain_epochs=1,
+      cluster1_iterations=1, cluster2_iterations=1, batch_size=32,
+      min_steps_per_iteration=1, knn_k=3).fit(x)
+  assert set(fitted.result_["phases"]) == {"pretrain", "cluster1",
+                                           "cluster2"}
+  assert fitted.model_.centroids.shape == (4, fitted.model_.latent_dim)
+  np.testing.assert_array_equal(fitted.predict(x), fitted.labels_)
+
+
 def test_a_replica_gets_the_maps_of_its_rows_of_the_global_batch():
   x = tf.random.stateless_uniform([8, 12, 12, 1], seed=[0, 1])
   affine = augment.Affine(rotation=20.0, scale=0.1, shear=0.1,
