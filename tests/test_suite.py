@@ -183,11 +183,12 @@ def test_an_out_ending_in_md_is_refused_before_any_work(tmp_path, script):
   assert not out.exists()
 
 
-@pytest.mark.parametrize("script", ["suite --sets=digits_24",
-                                    "ablation --dataset=mnist_test"])
-@pytest.mark.parametrize("flag, message", [
-    ("--out=/nonexistent-folder/s.json", "does not exist"),
-    ("--add_to=/nonexistent-folder/s.json", "is not a file")])
+# Both scripts call one check (cli.check_summary_paths); one case each.
+@pytest.mark.parametrize("script, flag, message", [
+    ("suite --sets=digits_24", "--out=/nonexistent-folder/s.json",
+     "does not exist"),
+    ("ablation --dataset=mnist_test", "--add_to=/nonexistent-folder/s.json",
+     "is not a file")])
 def test_a_summary_path_that_cannot_be_used_fails_before_any_run(
     tmp_path, script, flag, message):
   name, *args = script.split()
