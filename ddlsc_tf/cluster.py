@@ -74,9 +74,11 @@ class Assignment:
     return not centroids_initialised(self.model)
 
   def start(self):
-    partition = start_partition(self.model, self.images, self.config)
+    z = evaluation.embed(self.model, self.images, self.config,
+                         phase="cluster1")
+    partition = start_partition(self.model, self.images, self.config, z=z)
     if self.config.cluster_init == "spectral":
-      self.pending = self.vote(partition)
+      self.pending = self.vote(partition, z, 0)
 
   def resume(self, assignments):
     """Resuming inside the stage with the checkpoint's S."""

@@ -613,8 +613,12 @@ def test_the_latent_vote_joins_stage_two_from_its_iteration(
   assert not (votes[-2][1][:, 4:] == votes[-1][1][:, 4:]).all()
 
 
-def test_refreshed_partitions_take_the_latent_vote_too(tmp_path,
-                                                      monkeypatch):
+@pytest.mark.parametrize("latent_from, start, widths", [
+    (2, "kmeans", [4, 4, 4, 4, 8]),
+    (0, "spectral", [4, 4, 8, 8, 8])])  # the spectral start's vote too
+def test_refreshed_partitions_take_the_latent_vote_too(tmp_path, monkeypatch,
+                                                      latent_from, start,
+                                                      widths):
   # A new partition each stage-II iteration is voted as the nearest
   # centroid is: on the raw table, and from vote_latent_from on also on
   # the latent's neighbours.
@@ -622,11 +626,12 @@ def test_refreshed_partitions_take_the_latent_vote_too(tmp_path,
   x, labels = _noise_images()
   config = _SIXTY_IMAGES.replace(cluster1_iterations=1,
                                  cluster2_iterations=2, vote_rounds=1,
-                                 vote_latent_from=2,
+                                 vote_latent_from=latent_from,
+                                 cluster_init=start,
                                  cluster2_assignment="refresh")
   _run(config, x, labels, tmp_path)
   # Stage I: 2 votes; stage II: its start, then iterations 1 and 2.
-  assert [table.shape[1] for _, table, _ in votes] == [4, 4, 4, 4, 8]
+  assert [table.shape[1] for _, table, _ in votes] == widths
 
 
 def test_vote_latent_from_must_not_be_negative():
