@@ -104,10 +104,10 @@ def copies_mean(encoder, affine, copies):
   Copy c of the batch that starts at image `offset` (int32, a tensor so one
   trace serves every batch) uses the stateless seed
   fold_in(fold_in(seed, c), offset): every call draws the same copies. One
-  graph per (encoder, copies). Each copy waits for the sum so far: left to run side by side in the
-  graph, the copies' encoder passes gave sums that differed from call to
-  call in the last bit, which can move a k-means assignment and break
-  "same seed, same result.json".
+  graph per (encoder, copies). Each copy waits for the sum so far: left to
+  run side by side in the graph, the copies' encoder passes gave sums that
+  differed from call to call in the last bit, which can move a k-means
+  assignment and break "same seed, same result.json".
   """
   @tf.function(reduce_retracing=True)
   def mean(x, seed, offset):

@@ -1,8 +1,9 @@
 """Throughput of the train steps and of one evaluation.
 
 Everything runs in one process on real data, each step's timing a median
-over repeated runs after warm-up (the tables and the t-SNE are timed once). Steps are timed through Keras' own compiled
-train function, as `fit` runs them.
+over repeated runs after warm-up (the tables and the t-SNE are timed
+once). Steps are timed through Keras' own compiled train function, as `fit`
+runs them.
 """
 
 import resource

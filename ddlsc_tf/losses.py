@@ -136,7 +136,8 @@ def group_mean_push_loss(*, z, groups):
   means = normalize_rows(
       tf.math.unsorted_segment_sum(normalize_rows(z), ids, num))
   c = tf.matmul(means, means, transpose_b=True)
-  c = tf.where(tf.eye(num, dtype=tf.bool), tf.fill(tf.shape(c), tf.constant(-2.0, c.dtype)), c)
+  c = tf.where(tf.eye(num, dtype=tf.bool),
+               tf.fill(tf.shape(c), tf.constant(-2.0, c.dtype)), c)
   worst = tf.reduce_max(c, axis=1)
   return tf.where(num > 1, tf.reduce_mean(worst), tf.zeros_like(worst[0]))
 

@@ -29,8 +29,8 @@ class EvaluationCallback(keras.callbacks.Callback):
   TensorBoard callback after it records them, and keeps a history: before
   the last epoch a progress score (PROGRESS_IMAGES, no copies), after it
   `evaluation.evaluate` of the whole data; each entry says how many images
-  it scored and how many copies their latent averaged. `history` and `seconds_before`
-  carry a resumed phase's earlier part."""
+  it scored and how many copies their latent averaged. `history` and
+  `seconds_before` carry a resumed phase's earlier part."""
 
   def __init__(self, images, labels, config, *, epochs, history=(),
                seconds_before=0.0):

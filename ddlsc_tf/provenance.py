@@ -77,7 +77,8 @@ def environment():
 
 def commit():
   """The short git commit of the source tree ("+": ddlsc_tf/ or
-  experiments/ has uncommitted changes or files git does not know), or None outside a checkout."""
+  experiments/ has uncommitted changes or files git does not know), or
+  None outside a checkout."""
   folder = os.path.dirname(os.path.abspath(__file__))
   try:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder,
