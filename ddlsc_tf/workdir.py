@@ -81,6 +81,8 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
     raise ValueError("resume and overwrite exclude each other: resume "
                      "continues the run in the workdir, overwrite deletes it.")
   config_path = os.path.join(workdir, "config.json")
+  if os.path.isdir(workdir):  # a killed writer's leftovers, before counting
+    checkpoints.remove_temp_files(workdir)
   found = run_outputs(workdir)
   if found and overwrite and init_from is not None and any(
       os.path.realpath(os.path.join(workdir, n)) == os.path.realpath(
@@ -109,7 +111,6 @@ def prepare_workdir(workdir, config, *, resume, overwrite, init_from=None):
         f"continue it with resume=True (--resume), replace it with "
         f"overwrite=True (--overwrite), or choose another workdir.")
   os.makedirs(workdir, exist_ok=True)
-  checkpoints.remove_temp_files(workdir)
   checkpoints.write_json_atomic(config_path, config.to_dict())
 
 

@@ -216,6 +216,15 @@ def test_workdir_with_another_run_is_refused(tmp_path):
   with pytest.raises(ValueError, match="exclude each other"):
     workdir_lib.prepare_workdir(str(tmp_path), config,
                                 resume=True, overwrite=True)
+  # An export a killed writer moved aside is the old run's: overwrite
+  # deletes it with the rest, it does not come back.
+  workdir_lib.prepare_workdir(str(tmp_path), config, resume=False,
+                              overwrite=True)
+  (tmp_path / ".ddlsc-old-export-x" / "export").mkdir(parents=True)
+  workdir_lib.prepare_workdir(str(tmp_path), config, resume=False,
+                              overwrite=True)
+  assert sorted(os.listdir(tmp_path)) == ["config.json"]
+  (tmp_path / "result.json").write_text("{}")
   # Outputs without the config that made them cannot be checked.
   os.remove(tmp_path / "config.json")
   with pytest.raises(ValueError, match="result.json but no config.json"):
