@@ -58,7 +58,7 @@ def main(argv):
     for name, what in ablation.descriptions(FLAGS.dataset).items():
       print(f"{name}: {what}")
     return
-  cli.check_summary_paths(FLAGS.out, FLAGS.add_to)
+  cli.check_summary_paths(FLAGS.out, FLAGS.add_to, FLAGS.root)
   root = os.path.join(FLAGS.root, FLAGS.dataset)
   out = FLAGS.out or FLAGS.add_to or os.path.join(
       root, f"ablation_{FLAGS.dataset}.json")

@@ -75,15 +75,21 @@ def add_records(path, records, key):
   return sorted(kept + list(records), key=lambda r: tuple(r[k] for k in key))
 
 
-def check_summary_paths(out, add_to):
+def check_summary_paths(out, add_to, root):
   """Before any run: an --add_to that is not a file, or a given --out (or
   --add_to, written when --out is not given) that cannot be written, fails
-  now rather than after hours of runs."""
+  now rather than after hours of runs. A folder for it inside `root` is
+  made now, as the runs would make it."""
   if add_to and not os.path.isfile(add_to):
     raise FileNotFoundError(f"--add_to {add_to} is not a file.")
-  if out or add_to:
-    checkpoints.check_output_path(out or add_to,
-                                  "--out" if out else "--add_to")
+  target = out or add_to
+  if not target:
+    return
+  folder = os.path.dirname(os.path.abspath(target))
+  root = os.path.abspath(root)
+  if folder == root or folder.startswith(root + os.sep):
+    os.makedirs(folder, exist_ok=True)
+  checkpoints.check_output_path(target, "--out" if out else "--add_to")
 
 
 def table_beside_out():

@@ -60,7 +60,7 @@ _LOCAL_FLAGS = ("--root", "--out", "--data_dir", "--manual_root")
 def main(argv):
   del argv
   seeds = cli.ints(FLAGS.seeds)
-  cli.check_summary_paths(FLAGS.out, FLAGS.add_to)
+  cli.check_summary_paths(FLAGS.out, FLAGS.add_to, FLAGS.root)
   if FLAGS.max_images is not None and FLAGS.max_images < 2:
     raise ValueError(f"--max_images must be >= 2, got {FLAGS.max_images}.")
   started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())

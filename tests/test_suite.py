@@ -199,3 +199,14 @@ def test_a_summary_path_that_cannot_be_used_fails_before_any_run(
   assert done.returncode == 1, done.stderr[-3000:]
   assert message in done.stderr.splitlines()[-1]
   assert os.listdir(tmp_path) == []  # no run began
+
+
+def test_a_summary_inside_the_root_may_go_in_a_folder_the_runs_make(
+    tmp_path):
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  root = tmp_path / "runs"
+  cli.check_summary_paths(str(root / "suite.json"), None, str(root))
+  assert root.is_dir()
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    cli.check_summary_paths(str(tmp_path / "elsewhere" / "s.json"), None,
+                            str(root))
