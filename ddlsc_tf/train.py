@@ -260,7 +260,8 @@ def decide_from_data(config, tables, num_examples, *, fixed=()):
     changes = dict(configs.CHAINS_MANY)
     why += (f"; over {configs.CHAINS_BALANCED_POINTS} images: a spectral "
             f"start and a new partition every iteration, not equal sizes")
-  kept = sorted(set(changes) & set(fixed))
+  # anchor_groups set to None is the user leaving it to the data.
+  kept = sorted((set(changes) & set(fixed)) - {"anchor_groups"})
   changes = {k: v for k, v in changes.items() if k not in kept}
   choice = {"chains": chains, "why": why, "changes": changes}
   if kept:

@@ -240,6 +240,10 @@ def test_the_data_never_overrides_a_field_the_user_set():
   assert choice["kept_as_set"] == ["cluster2_iterations", "lambda_w"]
   assert "lambda_w" not in choice["changes"]
   assert config == general.replace(**choice["changes"])
+  # anchor_groups=None given is the choice left to the data, not kept.
+  config, choice = train.decide_from_data(general, chains, 12,
+                                          fixed=("anchor_groups",))
+  assert config.anchor_groups and "kept_as_set" not in choice
 
 
 def test_above_the_exact_limit_tables_come_from_hnsw(monkeypatch):
