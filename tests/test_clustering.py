@@ -2,6 +2,8 @@
 the start partitions and each stage's S (nearest, spectral, voted, refreshed,
 balanced)."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -711,3 +713,20 @@ def test_pretraining_scores_progress_on_a_subsample_and_the_end_on_all(
   assert [h["epoch"] for h in history] == [1, 2, 3]
   assert "plain_acc" in history[-1] and "plain_acc" not in history[0]
   assert result["phases"]["pretrain"]["acc"] == history[-1]["acc"]
+
+
+@pytest.mark.parametrize("phases", [("pretrain",),
+                                    ("pretrain", "cluster1", "cluster2")])
+def test_final_scores_the_saved_models_own_clusters(tmp_path, phases):
+  # Without a vote the last phase's score is Algorithm 2's last S, and
+  # after pre-training alone the copies-averaged k-means; final is what
+  # the saved model predicts.
+  x, labels = _noise_images()
+  config = _SIXTY_IMAGES.replace(phases=phases, vote_rounds=0,
+                                 embed_copies=4, cluster1_iterations=1,
+                                 cluster2_iterations=1)
+  model, result = _run(config, x, labels, tmp_path)
+  predicted = losses.assign_clusters(model.embed(x), model.centroids).numpy()
+  assert result["final"] == metrics.clustering_scores(labels, predicted)
+  saved = json.loads((tmp_path / "result.json").read_text())
+  assert saved["final"] == result["final"]

@@ -116,7 +116,7 @@ def test_scores_are_those_of_the_saved_models(smoke, tfds_data_dir,
                                               mnist_manual_dir):
   """Each clustering phase's ACC/NMI/ARI are its saved model's nearest-
   centroid partition scored against the labels; pre-training's are its
-  model's k-means score; the final ones are the last phase's."""
+  model's k-means score; the final ones the saved model's."""
   workdir, result = smoke
   images, labels = data.load_for(TINY, data_dir=tfds_data_dir,
                                  manual_dir=mnist_manual_dir)
