@@ -57,11 +57,10 @@ def neighbour_table(images, *, k, chunk=250, shift=0,
                     candidates=VOTE_CANDIDATES, pool=None):
   """Each image's k most cosine-similar other images in the whole dataset.
 
-  The same similarity as the per-batch kNN graph (`anchors.knn_graph`),
-  over all N images, [chunk, N] at a time: the extra memory is two
-  [chunk, N] float32 blocks (MNIST: 140 MB). Above EXACT_MAX_IMAGES the
-  table comes from an approximate HNSW graph instead (`chunk` unused). On
-  another machine or thread count, near-ties may order a row differently.
+  The per-batch kNN graph's similarity (`anchors.knn_graph`) over all N
+  images, [chunk, N] at a time (extra memory: two [chunk, N] float32
+  blocks, MNIST 140 MB); above EXACT_MAX_IMAGES an approximate HNSW graph
+  (`chunk` unused). Near-ties may order a row differently elsewhere.
 
   Args:
     images: [N, H, W, C] float32, NumPy or a tensor.
