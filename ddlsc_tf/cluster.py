@@ -296,9 +296,8 @@ def cluster_stage(model, images, labels, config, run, phase, resume_state=None,
   result = pretrain_lib.phase_result(history, epoch, time.time() - start)
   key = rule.scored_as(history[-1]["iteration"])
   if key is not None and labels is not None:
-    predicted = losses.assign_clusters(
-        evaluation.embed(model, images, c, phase=phase),
-        model.centroids).numpy()
+    # The last iteration's z: θ has not moved since it was embedded.
+    predicted = losses.assign_clusters(z, model.centroids).numpy()
     result[key] = {k: result[k] for k in ("acc", "nmi", "ari")}
     result.update(metrics.clustering_scores(labels, predicted))
     logging.info("%s: the %s scored %s; nearest centroid %s", phase,
