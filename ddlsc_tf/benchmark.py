@@ -164,6 +164,42 @@ def epoch_seconds(model, images, labels, config, tables, *, epochs=3):
   return statistics.median(timer.seconds[1:])
 
 
+# The config fields `fixed_batch_losses` reads (the data, the network, the
+# anchors, λ_r in the gradient): a reference applies only where they match.
+LOSS_FIELDS = ("dataset", "max_examples", "image_size", "channels", "seed",
+               "num_clusters", "batch_size", "encoder_filters", "paddings",
+               "pools", "decoder_filters", "knn_k", "anchor_fraction",
+               "anchor_selection", "anchor_power", "lambda_r")
+
+
+def loss_fields(config):
+  """{field: value} of `LOSS_FIELDS`, as JSON stores them (lists)."""
+  return {name: list(value) if isinstance(value, tuple) else value
+          for name, value in ((f, getattr(config, f)) for f in LOSS_FIELDS)}
+
+
+def find_reference(references, config):
+  """The name and losses of the reference recorded with `config`'s
+  `LOSS_FIELDS`, or (None, None).
+
+  references: {name: {"config": loss_fields(...), "losses": {...}}}, as
+    `experiments/benchmark_reference.json` holds them.
+
+  Raises:
+    ValueError: an entry in another form (an earlier version's).
+  """
+  fields = loss_fields(config)
+  for name, entry in references.items():
+    if not isinstance(entry, dict) or set(entry) != {"config", "losses"}:
+      raise ValueError(
+          f"reference {name!r} is not {{'config': ..., 'losses': ...}}: it "
+          f"was written by an earlier version of ddlsc_tf; record the "
+          f"references again.")
+    if entry["config"] == fields:
+      return name, entry["losses"]
+  return None, None
+
+
 def compare_losses(measured, reference, *, rtol=2e-3):
   """Fixed-batch losses against a reference run's: what the optimisations
   must leave unchanged. Returns {"max_relative_difference", "match"}.

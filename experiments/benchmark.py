@@ -43,8 +43,8 @@ flags.DEFINE_string(
     "reference",
     os.path.join(os.path.dirname(os.path.abspath(__file__)),
                  "benchmark_reference.json"),
-    "Fixed-batch losses of the unoptimised code to compare with (same "
-    "dataset, seed and batch).")
+    "Fixed-batch losses of the unoptimised code to compare with, each with "
+    "the config fields they were recorded under (benchmark.LOSS_FIELDS).")
 flags.DEFINE_bool(
     "write_reference", False,
     "Write this run's fixed-batch losses as the reference instead.")
@@ -88,30 +88,36 @@ def main(argv):
            f"points)", f"{result['tsne_seconds']:.1f} s"),
           ("peak resident memory",
            f"{result['peak_rss_bytes'] / 2**30:.2f} GiB")]
-  key = (f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
-         f"/anchors{config.anchor_fraction:g}")
-  if config.anchor_power != 1.0:  # eq. 5's L_d when the key has no power
-    key += f"/anchor_power{config.anchor_power:g}"
   references = (checkpoints.read_json(FLAGS.reference)
                 if os.path.exists(FLAGS.reference) else {})
+  ref_name, reference = benchmark.find_reference(references, config)
   if FLAGS.write_reference:
-    references[key] = result["fixed_batch_losses"]
+    if ref_name is None:
+      stem = (f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
+              f"/anchors{config.anchor_fraction:g}/power"
+              f"{config.anchor_power:g}")
+      ref_name = next(n for n in (stem, *(f"{stem}/{i}" for i in
+                                          range(2, len(references) + 2)))
+                      if n not in references)
+    references[ref_name] = {"config": benchmark.loss_fields(config),
+                            "losses": result["fixed_batch_losses"]}
     checkpoints.write_json_atomic(FLAGS.reference, references)
-    rows.append(("fixed-batch losses", f"reference written to "
+    rows.append(("fixed-batch losses", f"reference {ref_name} written to "
                  f"{FLAGS.reference}"))
-  elif key in references:
+  elif reference is not None:
     result["losses_vs_reference"] = benchmark.compare_losses(
-        result["fixed_batch_losses"], references[key])
-    rows.append(("fixed-batch losses vs reference",
+        result["fixed_batch_losses"], reference)
+    rows.append((f"fixed-batch losses vs reference {ref_name}",
                  "match" if result["losses_vs_reference"]["match"] else
                  "DIFFER" + f" (max rel. diff "
                  f"{result['losses_vs_reference']['max_relative_difference']:.1e})"))
   else:
-    # Nothing to compare with: say so rather than silently making this run
-    # the reference.
-    rows.append(("fixed-batch losses", f"not checked: no reference for "
-                 f"{key} in {FLAGS.reference} (--write_reference writes "
-                 f"one)"))
+    # Nothing recorded with this config's network, anchors and data: say so
+    # rather than compare with another config's losses.
+    rows.append(("fixed-batch losses", f"not checked: {FLAGS.reference} "
+                 f"has none recorded with this config's "
+                 f"{', '.join(benchmark.LOSS_FIELDS)} (--write_reference "
+                 f"writes one)"))
   width = max(len(name) for name, _ in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value}")

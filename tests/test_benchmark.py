@@ -1,5 +1,8 @@
 """The speed benchmark's harness on a tiny dataset (no timing asserted)."""
 
+import json
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -80,3 +83,30 @@ def test_steps_are_timed_on_a_batch_with_the_runs_anchor_groups(
     benchmark.run_benchmark(config, images, labels, warmup=1, repeats=1,
                             eval_repeats=1)
   assert seen == [3]  # images, labels and their anchor groups
+
+
+def test_a_reference_applies_only_to_the_config_it_was_recorded_with():
+  mnist = configs.get_preset("mnist")
+  references = {"mnist": {"config": benchmark.loss_fields(mnist),
+                          "losses": {"l_d": 1.0}}}
+  assert benchmark.find_reference(references, mnist) == ("mnist",
+                                                         {"l_d": 1.0})
+  # A field the fixed-batch losses do not read leaves the reference valid.
+  assert benchmark.find_reference(
+      references, mnist.replace(pretrain_epochs=3))[0] == "mnist"
+  for change in (dict(knn_k=5), dict(encoder_filters=(8, 8, 60)),
+                 dict(anchor_power=1.0), dict(max_examples=2000)):
+    assert benchmark.find_reference(references,
+                                    mnist.replace(**change)) == (None, None)
+  with pytest.raises(ValueError, match="'old' is not .* earlier version"):
+    benchmark.find_reference({"old": {"l_d": 1.0}}, mnist)
+
+
+def test_the_shipped_references_cover_the_mnist_preset():
+  path = pathlib.Path(__file__).parent.parent / "experiments" / (
+      "benchmark_reference.json")
+  references = json.loads(path.read_text())
+  name, losses = benchmark.find_reference(references,
+                                          configs.get_preset("mnist"))
+  assert name is not None and set(losses) == {
+      "l_d", "l_r", "l_w", "l_b", "grad_norm", "anchors"}
