@@ -174,8 +174,9 @@ LOSS_FIELDS = ("dataset", "max_examples", "image_size", "channels", "seed",
 
 def loss_fields(config):
   """{field: value} of `LOSS_FIELDS`, as JSON stores them (lists)."""
+  values = {name: getattr(config, name) for name in LOSS_FIELDS}
   return {name: list(value) if isinstance(value, tuple) else value
-          for name, value in ((f, getattr(config, f)) for f in LOSS_FIELDS)}
+          for name, value in values.items()}
 
 
 def find_reference(references, config):

@@ -96,9 +96,10 @@ def main(argv):
       stem = (f"{config.dataset}/seed{config.seed}/batch{config.batch_size}"
               f"/anchors{config.anchor_fraction:g}/power"
               f"{config.anchor_power:g}")
-      ref_name = next(n for n in (stem, *(f"{stem}/{i}" for i in
-                                          range(2, len(references) + 2)))
-                      if n not in references)
+      ref_name, i = stem, 1
+      while ref_name in references:  # another config, the same name
+        i += 1
+        ref_name = f"{stem}/{i}"
     references[ref_name] = {"config": benchmark.loss_fields(config),
                             "losses": result["fixed_batch_losses"]}
     checkpoints.write_json_atomic(FLAGS.reference, references)
